@@ -1,0 +1,244 @@
+/* attnrun.h — the public C API of attnrun: exact softmax attention, forward and backward.
+ *
+ * The only header users include. Every call returns attn_status; on failure
+ * attn_last_error() (per thread) names the argument, its value, and what to do next.
+ * The library never exits or aborts. Semantics: DESIGN.md §2, restated briefly here.
+ *
+ * Logical layouts (tensors carry strides in elements; the last dimension is contiguous):
+ *   Q   [B, Sq,  Hq,  Dqk]      K [B, Skv, Hkv, Dqk]      V [B, Skv, Hkv, Dv]
+ *   O   [B, Sq,  Hq,  Dv]       LSE, delta: float32 contiguous [B, Hq, Sq], natural log
+ * Scores: s = scale*q.k, then softcap cap*tanh(s/cap), then ALiBi -slope*|i+off-j|,
+ * then the mask. off = Skv - Sq; causal is bottom-right aligned: key j visible to query i
+ * iff j <= i + off.  Window (left, right): i+off-left <= j <= i+off+right (-1: unbounded).
+ */
+#ifndef ATTNRUN_H
+#define ATTNRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(ATTN_BUILDING_LIBRARY) && defined(__GNUC__)
+#define ATTN_API __attribute__((visibility("default")))
+#else
+#define ATTN_API
+#endif
+
+#define ATTN_VERSION_MAJOR 0
+#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_PATCH 0
+#define ATTN_VERSION_CODE (ATTN_VERSION_MAJOR * 10000 + ATTN_VERSION_MINOR * 100 + ATTN_VERSION_PATCH)
+
+/* Runtime version, as ATTN_VERSION_CODE and as "0.1.0". */
+ATTN_API int attn_version(void);
+ATTN_API const char *attn_version_string(void);
+
+/* ---- status ------------------------------------------------------------------- */
+#define ATTN_STATUS_TABLE(X)                                                    \
+  X(ATTN_OK, 0, "ok")                                                           \
+  X(ATTN_ERR_INVALID_ARG, 1, "invalid argument")                                \
+  X(ATTN_ERR_UNSUPPORTED, 2, "unsupported")                                     \
+  X(ATTN_ERR_OUT_OF_MEMORY, 3, "out of memory")                                 \
+  X(ATTN_ERR_MPI, 4, "MPI error")                                               \
+  X(ATTN_ERR_NCCL, 5, "NCCL error")                                             \
+  X(ATTN_ERR_CUDA, 6, "CUDA error")                                             \
+  X(ATTN_ERR_CUBLAS, 7, "cuBLAS error")                                         \
+  X(ATTN_ERR_TIMEOUT, 8, "timeout")                                             \
+  X(ATTN_ERR_MISMATCH, 9, "ranks disagree")                                     \
+  X(ATTN_ERR_INTERNAL, 10, "internal error")
+
+typedef enum {
+#define ATTN_STATUS_ENUM(name, code, text) name = code,
+  ATTN_STATUS_TABLE(ATTN_STATUS_ENUM)
+#undef ATTN_STATUS_ENUM
+} attn_status;
+
+ATTN_API const char *attn_status_string(attn_status status);
+/* The message of this thread's last failed call ("" if none). */
+ATTN_API const char *attn_last_error(void);
+
+/* ---- tensors ------------------------------------------------------------------ */
+typedef enum { ATTN_F32 = 0, ATTN_BF16 = 1, ATTN_F16 = 2 } attn_dtype;
+typedef enum { ATTN_DEVICE_HOST = 0, ATTN_DEVICE_CUDA = 1 } attn_device;
+
+/* A 4-D strided view. shape/stride follow the logical layouts above; strides in
+ * elements; stride[3] must be 1. */
+typedef struct {
+  void *data;
+  attn_dtype dtype;
+  attn_device device;
+  int64_t shape[4];
+  int64_t stride[4];
+} attn_tensor;
+
+/* A contiguous (row-major) host float32 tensor view. */
+static inline attn_tensor attn_tensor_f32(void *data, int64_t d0, int64_t d1, int64_t d2,
+                                          int64_t d3) {
+  attn_tensor t = {data, ATTN_F32, ATTN_DEVICE_HOST, {d0, d1, d2, d3},
+                   {d1 * d2 * d3, d2 * d3, d3, 1}};
+  return t;
+}
+
+/* ---- the attention spec -------------------------------------------------------- */
+
+/* A tile-level mask: key block kb is visible to query block qb iff
+ * mask[qb * num_k_blocks + kb] != 0. Query block of position i is i / block_q (positions
+ * within the sequence: global in ring mode, per sequence in varlen). Applies to every
+ * batch and head; combines (AND) with causal and window. */
+typedef struct {
+  int32_t block_q, block_k;
+  int64_t num_q_blocks, num_k_blocks;
+  const uint8_t *mask; /* [num_q_blocks, num_k_blocks] */
+} attn_block_mask;
+
+/* Longformer/BigBird-style pattern: local band of `local_blocks` blocks either side of the
+ * diagonal, every `stride`-th key block (0: none), the first `global_blocks` blocks are
+ * global (see and are seen by all), plus `random_blocks` random key blocks per query
+ * block drawn from `seed`. mask must hold num_q_blocks*num_k_blocks bytes. */
+typedef struct {
+  int32_t local_blocks, stride, global_blocks, random_blocks;
+  uint64_t seed;
+} attn_sparse_pattern;
+ATTN_API attn_status attn_block_mask_fill(attn_block_mask *bm, const attn_sparse_pattern *p);
+
+#define ATTN_SPEC_VERSION 1
+typedef struct {
+  size_t size;               /* sizeof(attn_spec) */
+  uint32_t version;          /* ATTN_SPEC_VERSION */
+  int32_t num_heads_q;       /* Hq */
+  int32_t num_heads_kv;      /* Hkv; Hq % Hkv == 0 (GQA/MQA) */
+  int32_t head_dim_qk;       /* Dqk, 1..256 */
+  int32_t head_dim_v;        /* Dv, 1..256; 0 → Dqk */
+  float scale;               /* 0 → 1/sqrt(Dqk) */
+  int32_t causal;            /* bottom-right aligned */
+  int64_t window_left;       /* -1: unbounded */
+  int64_t window_right;      /* -1: unbounded */
+  float softcap;             /* 0: off */
+  const float *sinks;        /* [Hq] learnable sink logits, or NULL */
+  const float *alibi_slopes; /* [Hq], or NULL */
+  /* varlen: B must be 1; sequences packed along S; [num_seqs + 1] int32 prefix sums */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_kv;
+  int32_t num_seqs;
+  const attn_block_mask *block_mask; /* or NULL */
+} attn_spec;
+
+#define ATTN_SPEC_INIT                                                                   \
+  {sizeof(attn_spec), ATTN_SPEC_VERSION, 0, 0, 0, 0, 0.0f, 0, -1, -1, 0.0f, NULL, NULL, \
+   NULL, NULL, 0, NULL}
+
+/* ---- context -------------------------------------------------------------------- */
+typedef enum { ATTN_BACKEND_AUTO = 0, ATTN_BACKEND_CPU = 1, ATTN_BACKEND_CUDA = 2 } attn_backend;
+
+#define ATTN_CTX_CONFIG_VERSION 1
+typedef struct {
+  size_t size;
+  uint32_t version;
+  attn_backend backend; /* AUTO: CUDA when a device is present, else CPU */
+  int32_t device;       /* CUDA device ordinal */
+  int32_t num_threads;  /* CPU threads; 0 → OpenMP default */
+  int32_t force_scalar; /* CPU: use the portable scalar kernels (also ATTN_FORCE_SCALAR=1) */
+  void *stream;         /* CUDA stream (cudaStream_t), NULL → default */
+} attn_ctx_config;
+
+#define ATTN_CTX_CONFIG_INIT \
+  {sizeof(attn_ctx_config), ATTN_CTX_CONFIG_VERSION, ATTN_BACKEND_AUTO, 0, 0, 0, NULL}
+
+typedef struct attn_ctx_s *attn_ctx_t;
+
+ATTN_API attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg);
+ATTN_API attn_status attn_ctx_destroy(attn_ctx_t ctx); /* accepts NULL */
+/* "cpu-avx512", "cpu-scalar", "cuda", ... */
+ATTN_API const char *attn_ctx_backend_name(attn_ctx_t ctx);
+
+/* ---- single-rank attention -------------------------------------------------------- */
+
+/* O [B,Sq,Hq,Dv] and lse [B,Hq,Sq] (may be NULL). Empty rows: O = 0, LSE = -inf (or the
+ * sink logit when sinks are given). */
+ATTN_API attn_status attn_fwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q,
+                              const attn_tensor *k, const attn_tensor *v, attn_tensor *o,
+                              float *lse);
+
+/* Gradients dq [B,Sq,Hq,Dqk], dk [B,Skv,Hkv,Dqk], dv [B,Skv,Hkv,Dv] (float32, written, not
+ * accumulated), dsinks [Hq] (written; may be NULL when spec->sinks is NULL). o and lse
+ * come from attn_fwd. */
+ATTN_API attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q,
+                              const attn_tensor *k, const attn_tensor *v,
+                              const attn_tensor *o, const float *lse, const attn_tensor *dout,
+                              attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                              float *dsinks);
+
+/* ---- the state-carrying block API (ring / split-KV building block) ------------------- */
+
+/* Float32 online-softmax state for `rows` query rows of B x Hq heads, in the context's
+ * device memory. m is the running max and l the running sum, both in natural-log units of
+ * the final scores; acc the unnormalised output. Caller-owned memory, plain layouts. */
+typedef struct {
+  float *m;      /* [B, Hq, rows] */
+  float *l;      /* [B, Hq, rows] */
+  float *acc;    /* [B, Hq, rows, Dv] */
+  int64_t batch; /* B */
+  int64_t heads; /* Hq */
+  int64_t rows;
+  int64_t head_dim_v; /* Dv */
+} attn_state;
+
+/* Where a block sits in the global sequence. Positions drive causal, window, ALiBi,
+ * block masks and varlen (with varlen, positions index the packed global arrays that
+ * cu_seqlens describe). */
+typedef struct {
+  int64_t q_row0; /* first state row (and lse/delta row) that q's rows map to */
+  int64_t q_pos0; /* global position of q's first row */
+  int64_t k_pos0; /* global position of k's first row */
+  int64_t seq_q;  /* global query length (0 → q's length); sets off = seq_kv - seq_q */
+  int64_t seq_kv; /* global key length (0 → k's length) */
+} attn_block_pos;
+
+#define ATTN_BLOCK_POS_INIT {0, 0, 0, 0, 0}
+
+/* m = -inf, l = 0, acc = 0. */
+ATTN_API attn_status attn_state_init(attn_ctx_t ctx, attn_state *st);
+/* Fold one K/V block into the state of q's rows. */
+ATTN_API attn_status attn_fwd_block(attn_ctx_t ctx, const attn_spec *spec, attn_state *st,
+                                    const attn_tensor *q, const attn_tensor *k,
+                                    const attn_tensor *v, const attn_block_pos *pos);
+/* dst := merge(dst, src) (split-KV: states of the same rows over disjoint key sets). */
+ATTN_API attn_status attn_state_merge(attn_ctx_t ctx, attn_state *dst, const attn_state *src);
+/* O and lse from the state; sinks (spec->sinks) are applied here, exactly once. */
+ATTN_API attn_status attn_state_finalize(attn_ctx_t ctx, const attn_spec *spec,
+                                         const attn_state *st, attn_tensor *o, float *lse);
+
+/* delta [B,Hq,Sq] = rowsum(dO * O); dsinks [Hq] (may be NULL) += -sum_i e^(sink-lse_i)*delta_i. */
+ATTN_API attn_status attn_bwd_prepare(attn_ctx_t ctx, const attn_spec *spec,
+                                      const attn_tensor *o, const attn_tensor *dout,
+                                      const float *lse, float *delta, float *dsinks);
+/* Accumulate (+=) one K/V block's contribution into dq, dk, dv (float32). lse and delta
+ * are indexed by state rows (pos->q_row0 + local row). */
+ATTN_API attn_status attn_bwd_block(attn_ctx_t ctx, const attn_spec *spec,
+                                    const attn_tensor *q, const attn_tensor *k,
+                                    const attn_tensor *v, const attn_tensor *dout,
+                                    const float *lse, const float *delta, int64_t lse_rows,
+                                    attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                    const attn_block_pos *pos);
+
+/* Forward FLOPs by the peers' rule: 2*B*Hq*Sq*Skv*(Dqk+Dv) (= 4*..*D), halved when
+ * causal; backward is 2.5x that. */
+ATTN_API double attn_flops_fwd(const attn_spec *spec, int64_t batch, int64_t seq_q,
+                               int64_t seq_kv);
+
+/* What the context's last attn_* call computed: FLOPs of the tiles actually computed
+ * (skipped tiles cost nothing), and tiles computed / skipped. */
+typedef struct {
+  double flops_computed;
+  int64_t tiles_computed;
+  int64_t tiles_skipped;
+} attn_stats;
+ATTN_API attn_status attn_ctx_last_stats(attn_ctx_t ctx, attn_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/* internal.h — what runtime/ and the backends share: error helpers, logging, tunables,
+ * the resolved problem every kernel receives, and the backend function table. */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include "attnrun.h"
+
+#include <math.h>
+#include <stdarg.h>
+
+/* ---- errors ---------------------------------------------------------------------- */
+/* Records the per-thread message and returns status (so: return attn__fail(...)). */
+attn_status attn__fail(attn_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void attn__clear_error(void);
+
+#define ATTN_CHECK(expr)                   \
+  do {                                     \
+    attn_status attn__s_ = (expr);         \
+    if (attn__s_ != ATTN_OK) return attn__s_; \
+  } while (0)
+
+#define ATTN_CHECK_GOTO(expr, status_var, label) \
+  do {                                           \
+    (status_var) = (expr);                       \
+    if ((status_var) != ATTN_OK) goto label;     \
+  } while (0)
+
+/* ---- logging and tunables ---------------------------------------------------------- */
+enum { ATTN_LOG_WARN = 1, ATTN_LOG_INFO = 2 };
+/* ATTN_DEBUG=WARN|INFO; lines are prefixed with host and rank (ATTN_RANK / OMPI env). */
+void attn__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Integer tunable read once from the environment (name without the ATTN_ prefix). */
+int64_t attn__param(const char *name, int64_t dflt);
+#define ATTN_PARAM(name, dflt) attn__param(name, dflt)
+
+/* ---- the resolved problem ----------------------------------------------------------- */
+/* A strided float32 view of a [B, S, H, D] tensor: element (b,s,h,d) at
+ * p[b*sb + s*ss + h*sh + d]. */
+typedef struct {
+  float *p;
+  int64_t sb, ss, sh;
+} attn__view;
+
+/* Everything a kernel needs, validated and with defaults filled. Sizes are local to the
+ * call (the block); positions are global. */
+typedef struct {
+  int64_t B, Hq, Hkv, Dqk, Dv;
+  int64_t sq;      /* local query rows in this call */
+  int64_t skv;     /* local key rows in this call */
+  int64_t q_row0;  /* state / lse row of local query row 0 */
+  int64_t q_pos0;  /* global position of local query row 0 */
+  int64_t k_pos0;  /* global position of local key row 0 */
+  int64_t seq_q, seq_kv; /* global lengths (off = seq_kv - seq_q when not varlen) */
+  float scale, softcap;
+  int causal;
+  int64_t window_left, window_right; /* -1 unbounded */
+  const float *sinks, *alibi;        /* [Hq] or NULL */
+  const int32_t *cu_q, *cu_kv;       /* varlen prefix sums over global packed positions */
+  int32_t num_seqs;                  /* 0: not varlen */
+  const attn_block_mask *block_mask;
+  attn__view q, k, v; /* q [B, sq, Hq, Dqk], k [B, skv, Hkv, Dqk], v [B, skv, Hkv, Dv] */
+} attn__problem;
+
+/* ---- backends --------------------------------------------------------------------- */
+typedef struct {
+  const char *name;
+  /* One-shot forward: o [B,sq,Hq,Dv]; lse [B,Hq,lse_rows] at row q_row0+i, may be NULL. */
+  attn_status (*fwd)(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
+                     int64_t lse_rows);
+  attn_status (*fwd_block)(attn_ctx_t ctx, const attn__problem *pb, attn_state *st);
+  attn_status (*state_init)(attn_ctx_t ctx, attn_state *st);
+  attn_status (*state_merge)(attn_ctx_t ctx, attn_state *dst, const attn_state *src);
+  /* o covers the state's rows; sinks from pb (pb->sq == st->rows). */
+  attn_status (*finalize)(attn_ctx_t ctx, const attn__problem *pb, const attn_state *st,
+                          attn__view o, float *lse);
+  /* delta [B,Hq,sq] = rowsum(dO*O); dsinks [Hq] += ... (may be NULL). */
+  attn_status (*bwd_prepare)(attn_ctx_t ctx, const attn__problem *pb, attn__view o,
+                             attn__view dout, const float *lse, float *delta, float *dsinks);
+  /* dq/dk/dv += this block's gradient; dout [B,sq,Hq,Dv]; lse/delta [B,Hq,lse_rows]. */
+  attn_status (*bwd_block)(attn_ctx_t ctx, const attn__problem *pb, attn__view dout,
+                           const float *lse, const float *delta, int64_t lse_rows,
+                           attn__view dq, attn__view dk, attn__view dv);
+} attn__backend_ops;
+
+struct attn_ctx_s {
+  attn_ctx_config cfg;
+  const attn__backend_ops *ops;
+  void *backend_data;
+  attn_stats stats;
+};
+
+/* Backends (filled in their own folders). */
+attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops);
+
+/* ---- shared helpers --------------------------------------------------------------- */
+/* Allowed key range of query at (sequence-local) position i given off: [lo, hi]
+ * (inclusive; lo may exceed hi). Used by every backend and the reference. */
+static inline void attn__row_range(int causal, int64_t wl, int64_t wr, int64_t off, int64_t i,
+                                   int64_t skv, int64_t *lo, int64_t *hi) {
+  int64_t a = 0, b = skv - 1, c = i + off;
+  if (causal && c < b) b = c;
+  if (wl >= 0 && c - wl > a) a = c - wl;
+  if (wr >= 0 && c + wr < b) b = c + wr;
+  *lo = a;
+  *hi = b;
+}
+
+#endif
