@@ -94,15 +94,18 @@ typedef struct {
   const uint8_t *mask; /* [num_q_blocks, num_k_blocks] */
 } attn_block_mask;
 
-/* Longformer/BigBird-style pattern: local band of `local_blocks` blocks either side of the
- * diagonal, every `stride`-th key block (0: none), the first `global_blocks` blocks are
- * global (see and are seen by all), plus `random_blocks` random key blocks per query
- * block drawn from `seed`. mask must hold num_q_blocks*num_k_blocks bytes. */
+/* Longformer/BigBird-style pattern. Query block qb sees key block kb iff
+ *   |qb - kb| <= local_blocks                  (local band), or
+ *   stride > 0 and |qb - kb| % stride == 0     (strided, as in Sparse Transformer), or
+ *   qb < global_blocks or kb < global_blocks   (global tokens see / are seen by all), or
+ *   kb is one of `random_blocks` key blocks drawn for qb from `seed` (BigBird).
+ * bm->mask (writable, num_q_blocks*num_k_blocks bytes) is overwritten. */
 typedef struct {
   int32_t local_blocks, stride, global_blocks, random_blocks;
   uint64_t seed;
 } attn_sparse_pattern;
-ATTN_API attn_status attn_block_mask_fill(attn_block_mask *bm, const attn_sparse_pattern *p);
+ATTN_API attn_status attn_block_mask_fill(attn_block_mask *bm, uint8_t *mask,
+                                          const attn_sparse_pattern *p);
 
 #define ATTN_SPEC_VERSION 1
 typedef struct {

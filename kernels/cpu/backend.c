@@ -1,0 +1,115 @@
+/* backend.c — the CPU backend's function table: ISA choice by CPUID (AVX-512 or the
+ * portable scalar path), threads, and the state / finalize / backward-prepare steps. */
+#include "cpu.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+void attn__cpu_count(attn_ctx_t ctx, int64_t computed, int64_t skipped, double flops) {
+#pragma omp critical(attn_cpu_stats)
+  {
+    ctx->stats.tiles_computed += computed;
+    ctx->stats.tiles_skipped += skipped;
+    ctx->stats.flops_computed += flops;
+  }
+}
+
+static attn_status cpu_state_init(attn_ctx_t ctx, attn_state *st) {
+  (void)ctx;
+  int64_t rows = st->batch * st->heads * st->rows;
+  for (int64_t r = 0; r < rows; r++) {
+    st->m[r] = -INFINITY;
+    st->l[r] = 0.0f;
+  }
+  memset(st->acc, 0, (size_t)(rows * st->head_dim_v) * sizeof(float));
+  return ATTN_OK;
+}
+
+static attn_status cpu_state_merge(attn_ctx_t ctx, attn_state *dst, const attn_state *src) {
+  cpu_backend *be = ctx->backend_data;
+  int64_t rows = dst->batch * dst->heads * dst->rows, D = dst->head_dim_v;
+#pragma omp parallel for schedule(static) num_threads(be->threads)
+  for (int64_t r = 0; r < rows; r++) {
+    float ma = dst->m[r], mb = src->m[r], m = ma > mb ? ma : mb;
+    if (m == -INFINITY) continue; /* both empty */
+    float a = expf(ma - m), b = expf(mb - m);
+    dst->m[r] = m;
+    dst->l[r] = dst->l[r] * a + src->l[r] * b;
+    float *x = dst->acc + r * D;       /* [Dv] */
+    const float *y = src->acc + r * D; /* [Dv] */
+    for (int64_t d = 0; d < D; d++) x[d] = x[d] * a + y[d] * b;
+  }
+  return ATTN_OK;
+}
+
+static attn_status cpu_finalize(attn_ctx_t ctx, const attn__problem *pb, const attn_state *st,
+                                attn__view o, float *lse) {
+  cpu_backend *be = ctx->backend_data;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(be->threads)
+  for (int64_t b = 0; b < pb->B; b++)
+    for (int64_t h = 0; h < pb->Hq; h++) {
+      const float sink = pb->sinks ? pb->sinks[h] : -INFINITY;
+      for (int64_t i = 0; i < st->rows; i++) {
+        int64_t r = (b * pb->Hq + h) * st->rows + i;
+        float m = st->m[r], top = m > sink ? m : sink, inv = 0.0f, out = -INFINITY;
+        if (top != -INFINITY) {
+          float sm = expf(m - top), z = st->l[r] * sm + expf(sink - top);
+          inv = sm / z;
+          out = top + logf(z);
+        }
+        float *orow = o.p + b * o.sb + i * o.ss + h * o.sh; /* [Dv] */
+        for (int64_t d = 0; d < pb->Dv; d++) orow[d] = st->acc[r * pb->Dv + d] * inv;
+        if (lse) lse[r] = out;
+      }
+    }
+  return ATTN_OK;
+}
+
+static attn_status cpu_bwd_prepare(attn_ctx_t ctx, const attn__problem *pb, attn__view o,
+                                   attn__view dout, const float *lse, float *delta,
+                                   float *dsinks) {
+  cpu_backend *be = ctx->backend_data;
+#pragma omp parallel for schedule(static) num_threads(be->threads)
+  for (int64_t h = 0; h < pb->Hq; h++) {
+    double ds = 0.0;
+    for (int64_t b = 0; b < pb->B; b++)
+      for (int64_t i = 0; i < pb->sq; i++) {
+        const float *x = o.p + b * o.sb + i * o.ss + h * o.sh;          /* [Dv] */
+        const float *y = dout.p + b * dout.sb + i * dout.ss + h * dout.sh; /* [Dv] */
+        float acc = 0.0f;
+        for (int64_t d = 0; d < pb->Dv; d++) acc += x[d] * y[d];
+        int64_t r = (b * pb->Hq + h) * pb->sq + i;
+        delta[r] = acc;
+        if (pb->sinks && lse[r] != -INFINITY) ds -= exp((double)pb->sinks[h] - lse[r]) * acc;
+      }
+    if (dsinks) dsinks[h] += (float)ds;
+  }
+  return ATTN_OK;
+}
+
+static attn__backend_ops ops_avx512 = {
+    "cpu-avx512", attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
+    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block};
+static attn__backend_ops ops_scalar = {
+    "cpu-scalar", attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
+    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block};
+
+attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
+  cpu_backend *be = calloc(1, sizeof *be);
+  if (!be) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "cpu backend allocation failed");
+  int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  if (avx512 && !ctx->cfg.force_scalar && attn__cpu_ops_avx512()) {
+    be->ops = attn__cpu_ops_avx512();
+    *ops = &ops_avx512;
+  } else {
+    be->ops = &attn__cpu_ops_scalar;
+    *ops = &ops_scalar;
+    if (!ctx->cfg.force_scalar)
+      attn__log(ATTN_LOG_WARN, "no AVX-512 on this CPU: using the scalar kernels (slow)");
+  }
+  be->threads = ctx->cfg.num_threads > 0 ? ctx->cfg.num_threads : omp_get_max_threads();
+  ctx->backend_data = be;
+  return ATTN_OK;
+}

@@ -1,0 +1,218 @@
+/* fwd.c — CPU flash forward: one query tile at a time against the visible key tiles,
+ * carrying a float32 (m, l, acc) state; one-shot (state in registers/L1, written as O and
+ * LSE) or block mode (state loaded from and stored to an attn_state). */
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int32_t b, h, seg;
+  int32_t rows;
+  int64_t r0;
+} fwd_item;
+
+typedef struct {
+  float *qt;    /* [Dqk][CPU_BR] scaled Q^T */
+  float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T */
+  float *ot;    /* [Dv][CPU_BR] unnormalised O^T */
+  float m[CPU_BR], l[CPU_BR], alpha[CPU_BR]; /* log2 units */
+  uint8_t elem[CPU_BC * CPU_BR];
+  cpu_tile_info ti;
+} fwd_work;
+
+typedef struct {
+  const attn__problem *pb;
+  const cpu_tile_ops *ops;
+  const cpu_segment *segs;
+  const uint8_t *vbad; /* [B][Hkv][nkt] */
+  int64_t nkt;
+  attn_ctx_t ctx;
+} fwd_job;
+
+static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
+  const attn__problem *pb = jb->pb;
+  const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+  const float *q = pb->q.p + it->b * pb->q.sb + it->r0 * pb->q.ss + it->h * pb->q.sh;
+  memset(w->qt, 0, (size_t)pb->Dqk * CPU_BR * sizeof(float));
+  for (int i = 0; i < it->rows; i++)
+    for (int64_t d = 0; d < pb->Dqk; d++) w->qt[d * CPU_BR + i] = q[i * pb->q.ss + d] * qs;
+}
+
+/* Folds the visible key tiles of the item into w's state. */
+static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
+  const attn__problem *pb = jb->pb;
+  const cpu_segment *seg = &jb->segs[it->seg];
+  const int64_t hk = it->h / (pb->Hq / pb->Hkv);
+  int64_t kc0, kc1, computed = 0, skipped = 0;
+  attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
+  const float *kbase = pb->k.p + it->b * pb->k.sb + hk * pb->k.sh;
+  const float *vbase = pb->v.p + it->b * pb->v.sb + hk * pb->v.sh;
+  double flops = 0;
+  for (int64_t t = kc0 / CPU_BC; t * CPU_BC < kc1; t++) {
+    int64_t ca = t * CPU_BC > kc0 ? t * CPU_BC : kc0;
+    int64_t cb = (t + 1) * CPU_BC < kc1 ? (t + 1) * CPU_BC : kc1;
+    int nj = (int)(cb - ca);
+    if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem)) {
+      skipped++;
+      continue;
+    }
+    jb->ops->gemm(w->s, CPU_BR, kbase + ca * pb->k.ss, 1, pb->k.ss, w->qt, CPU_BR, nj, CPU_BR,
+                  (int)pb->Dqk, NULL, CPU_GEMM_SET, 0);
+    jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
+    int safe = jb->vbad[(it->b * pb->Hkv + hk) * jb->nkt + t];
+    jb->ops->gemm(w->ot, CPU_BR, vbase + ca * pb->v.ss, pb->v.ss, 1, w->s, CPU_BR, (int)pb->Dv,
+                  CPU_BR, nj, w->alpha, CPU_GEMM_SCALE_ADD, safe);
+    computed++;
+    flops += 2.0 * it->rows * nj * (double)(pb->Dqk + pb->Dv);
+  }
+  attn__cpu_count(jb->ctx, computed, skipped, flops);
+}
+
+static void state_zero(const attn__problem *pb, fwd_work *w) {
+  for (int i = 0; i < CPU_BR; i++) {
+    w->m[i] = -INFINITY;
+    w->l[i] = 0.0f;
+  }
+  memset(w->ot, 0, (size_t)pb->Dv * CPU_BR * sizeof(float));
+}
+
+/* Writes O rows and LSE of the item; sinks enter the denominator here only. */
+static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, attn__view o,
+                          float *lse, int64_t lse_rows) {
+  const attn__problem *pb = jb->pb;
+  const float sink2 = pb->sinks ? pb->sinks[it->h] * CPU_LOG2E : -INFINITY;
+  for (int i = 0; i < it->rows; i++) {
+    float m2 = w->m[i], top = m2 > sink2 ? m2 : sink2;
+    float *orow = o.p + it->b * o.sb + (it->r0 + i) * o.ss + it->h * o.sh; /* [Dv] */
+    float lse2 = -INFINITY, inv = 0.0f;
+    if (top != -INFINITY) {
+      float sm = exp2f(m2 - top), z = w->l[i] * sm + exp2f(sink2 - top);
+      inv = sm / z;
+      lse2 = top + log2f(z);
+    }
+    for (int64_t d = 0; d < pb->Dv; d++) orow[d] = w->ot[d * CPU_BR + i] * inv;
+    if (lse) lse[(it->b * pb->Hq + it->h) * lse_rows + pb->q_row0 + it->r0 + i] = lse2 / CPU_LOG2E;
+  }
+}
+
+static void state_load(const attn__problem *pb, const fwd_item *it, const attn_state *st,
+                       fwd_work *w) {
+  state_zero(pb, w);
+  int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
+  for (int i = 0; i < it->rows; i++) {
+    w->m[i] = st->m[row + i] * CPU_LOG2E;
+    w->l[i] = st->l[row + i];
+    const float *acc = st->acc + (row + i) * pb->Dv; /* [Dv] */
+    for (int64_t d = 0; d < pb->Dv; d++) w->ot[d * CPU_BR + i] = acc[d];
+  }
+}
+
+static void state_store(const attn__problem *pb, const fwd_item *it, attn_state *st,
+                        const fwd_work *w) {
+  int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
+  for (int i = 0; i < it->rows; i++) {
+    st->m[row + i] = w->m[i] / CPU_LOG2E;
+    st->l[row + i] = w->l[i];
+    float *acc = st->acc + (row + i) * pb->Dv; /* [Dv] */
+    for (int64_t d = 0; d < pb->Dv; d++) acc[d] = w->ot[d * CPU_BR + i];
+  }
+}
+
+static fwd_work *work_alloc(const attn__problem *pb) {
+  fwd_work *w = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
+  if (!w) return NULL;
+  size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
+  size_t bytes = (qt + (size_t)CPU_BC * CPU_BR + ot) * sizeof(float);
+  float *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!buf) {
+    free(w);
+    return NULL;
+  }
+  w->qt = buf;
+  w->s = buf + qt;
+  w->ot = w->s + (size_t)CPU_BC * CPU_BR;
+  return w;
+}
+
+static void work_free(fwd_work *w) {
+  if (!w) return;
+  free(w->qt);
+  free(w);
+}
+
+/* Items: (b, h, segment, query tile), heaviest (most keys) first for dynamic balance. */
+static attn_status make_items(const attn__problem *pb, const cpu_segment *segs, int nseg,
+                              fwd_item **out, int64_t *count) {
+  int64_t n = 0;
+  for (int s = 0; s < nseg; s++) n += (segs[s].r1 - segs[s].r0 + CPU_BR - 1) / CPU_BR;
+  n *= pb->B * pb->Hq;
+  fwd_item *items = malloc((size_t)(n > 0 ? n : 1) * sizeof *items);
+  if (!items) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "work list (%lld items) allocation failed", (long long)n);
+  int64_t k = 0;
+  for (int s = 0; s < nseg; s++)
+    for (int64_t r0 = segs[s].r1; r0 > segs[s].r0;) {
+      int64_t a = r0 - CPU_BR > segs[s].r0 ? r0 - CPU_BR : segs[s].r0;
+      for (int64_t b = 0; b < pb->B; b++)
+        for (int64_t h = 0; h < pb->Hq; h++)
+          items[k++] = (fwd_item){(int32_t)b, (int32_t)h, s, (int32_t)(r0 - a), a};
+      r0 = a;
+    }
+  *out = items;
+  *count = k;
+  return ATTN_OK;
+}
+
+/* st == NULL: one shot into o/lse; else fold into st. */
+static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *st,
+                           attn__view o, float *lse, int64_t lse_rows) {
+  cpu_backend *be = ctx->backend_data;
+  cpu_segment *segs = NULL;
+  fwd_item *items = NULL;
+  int nseg = 0;
+  int64_t nitems = 0;
+  ATTN_CHECK(attn__cpu_segments(pb, &segs, &nseg));
+  attn_status status = make_items(pb, segs, nseg, &items, &nitems);
+  fwd_job jb = {pb, be->ops, segs, NULL, (pb->skv + CPU_BC - 1) / CPU_BC, ctx};
+  uint8_t *vbad = status == ATTN_OK ? attn__cpu_nonfinite_tiles(pb->v, pb->B, pb->skv, pb->Hkv, pb->Dv) : NULL;
+  if (status == ATTN_OK && !vbad) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags allocation failed");
+  jb.vbad = vbad;
+  int failed = 0;
+  if (status == ATTN_OK) {
+#pragma omp parallel num_threads(be->threads)
+    {
+      fwd_work *w = work_alloc(pb);
+      if (!w) {
+#pragma omp atomic write
+        failed = 1;
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t n = 0; n < nitems; n++) {
+        if (!w) continue;
+        const fwd_item *it = &items[n];
+        if (st) state_load(pb, it, st, w);
+        else state_zero(pb, w);
+        pack_qt(&jb, it, w);
+        run_tiles(&jb, it, w);
+        if (st) state_store(pb, it, st, w);
+        else finalize_rows(&jb, it, w, o, lse, lse_rows);
+      }
+      work_free(w);
+    }
+    if (failed) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "per-thread tile workspace allocation failed");
+  }
+  free(vbad);
+  free(items);
+  free(segs);
+  return status;
+}
+
+attn_status attn__cpu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
+                          int64_t lse_rows) {
+  return run_fwd(ctx, pb, NULL, o, lse, lse_rows);
+}
+
+attn_status attn__cpu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_state *st) {
+  attn__view none = {0};
+  return run_fwd(ctx, pb, st, none, NULL, 0);
+}

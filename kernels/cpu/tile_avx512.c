@@ -1,0 +1,221 @@
+/* tile_avx512.c — AVX-512 tile primitives (compiled with -mavx512f etc. in this translation
+ * unit only; picked at run time by CPUID in backend.c). Same results as tile_scalar.c up
+ * to float32 rounding. */
+#include "cpu.h"
+
+#include <immintrin.h>
+
+/* ---- the register-blocked GEMM ------------------------------------------------------
+ * A micro-tile is MR rows x NV vectors of 16 lanes; A is broadcast (any strides), B is
+ * loaded by rows. Instantiated for MR in {8, 4, 2, 1} and NV in {1, 2}. */
+#define GEMM_KERNEL(MR, NV)                                                                 \
+  static void kern_##MR##x##NV(float *C, int64_t ldc, const float *A, int64_t ak,         \
+                               int64_t am, const float *B, int64_t ldb, int K,            \
+                               __mmask16 k0, __mmask16 k1, const float *alpha, int mode,  \
+                               int safe) {                                                \
+    __m512 c[MR][NV];                                                                     \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                  \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
+    if (!safe) {                                                                          \
+      for (int k = 0; k < K; k++) {                                                       \
+        __m512 b[NV];                                                                     \
+        b[0] = _mm512_maskz_loadu_ps(k0, B);                                              \
+        if (NV > 1) b[NV - 1] = _mm512_maskz_loadu_ps(k1, B + 16);                        \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                            \
+          __m512 a = _mm512_set1_ps(A[r * am]);                                           \
+          _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) c[r][v] =                  \
+              _mm512_fmadd_ps(a, b[v], c[r][v]);                                          \
+        }                                                                                 \
+        A += ak;                                                                          \
+        B += ldb;                                                                         \
+      }                                                                                   \
+    } else {                                                                              \
+      const __m512 z = _mm512_setzero_ps();                                               \
+      for (int k = 0; k < K; k++) {                                                       \
+        __m512 b[NV];                                                                     \
+        __mmask16 nz[NV];                                                                 \
+        b[0] = _mm512_maskz_loadu_ps(k0, B);                                              \
+        if (NV > 1) b[NV - 1] = _mm512_maskz_loadu_ps(k1, B + 16);                        \
+        for (int v = 0; v < NV; v++) nz[v] = _mm512_cmp_ps_mask(b[v], z, _CMP_NEQ_UQ);    \
+        for (int r = 0; r < MR; r++) {                                                    \
+          float as = A[r * am];                                                           \
+          if (as == 0.0f) continue;                                                       \
+          __m512 a = _mm512_set1_ps(as);                                                  \
+          for (int v = 0; v < NV; v++)                                                    \
+            c[r][v] = _mm512_mask3_fmadd_ps(a, b[v], c[r][v], nz[v]);                     \
+        }                                                                                 \
+        A += ak;                                                                          \
+        B += ldb;                                                                         \
+      }                                                                                   \
+    }                                                                                     \
+    __mmask16 km[2] = {k0, k1};                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) {                              \
+        float *cp = C + r * ldc + 16 * v;                                                 \
+        __m512 x = c[r][v];                                                               \
+        if (mode == CPU_GEMM_ADD)                                                         \
+          x = _mm512_add_ps(_mm512_maskz_loadu_ps(km[v], cp), x);                         \
+        else if (mode == CPU_GEMM_SCALE_ADD)                                              \
+          x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km[v], alpha + 16 * v),               \
+                              _mm512_maskz_loadu_ps(km[v], cp), x);                       \
+        _mm512_mask_storeu_ps(cp, km[v], x);                                              \
+      }                                                                                   \
+    }                                                                                     \
+  }
+
+GEMM_KERNEL(8, 2)
+GEMM_KERNEL(4, 2)
+GEMM_KERNEL(2, 2)
+GEMM_KERNEL(1, 2)
+GEMM_KERNEL(8, 1)
+GEMM_KERNEL(4, 1)
+GEMM_KERNEL(2, 1)
+GEMM_KERNEL(1, 1)
+
+typedef void (*kern_fn)(float *, int64_t, const float *, int64_t, int64_t, const float *,
+                        int64_t, int, __mmask16, __mmask16, const float *, int, int);
+
+static __mmask16 lane_mask(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1u); }
+
+static void gemm_avx512(float *C, int64_t ldc, const float *A, int64_t ak, int64_t am,
+                        const float *B, int64_t ldb, int M, int N, int K, const float *alpha,
+                        int mode, int safe) {
+  static const kern_fn two[4] = {kern_8x2, kern_4x2, kern_2x2, kern_1x2};
+  static const kern_fn one[4] = {kern_8x1, kern_4x1, kern_2x1, kern_1x1};
+  static const int rows[4] = {8, 4, 2, 1};
+  for (int n = 0; n < N; n += 32) {
+    int nn = N - n < 32 ? N - n : 32;
+    __mmask16 k0 = lane_mask(nn), k1 = lane_mask(nn - 16);
+    const kern_fn *tab = nn > 16 ? two : one;
+    const float *al = alpha ? alpha + n : NULL;
+    int m = 0;
+    for (int t = 0; t < 4; t++)
+      for (; M - m >= rows[t]; m += rows[t])
+        tab[t](C + m * ldc + n, ldc, A + m * am, ak, am, B + n, ldb, K, k0, k1, al, mode, safe);
+  }
+}
+
+/* ---- vector math -------------------------------------------------------------------- */
+/* 2^x for float32: round-to-nearest split, degree-6 polynomial on [-0.5, 0.5] (Cephes
+ * exp2f coefficients), vscalefps for the exponent. -inf → 0; NaN stays NaN. */
+static inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x); /* NaN in x survives (second operand) */
+  x = _mm512_min_ps(_mm512_set1_ps(128.0f), x);
+  __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/* tanh(x) = 1 - 2/(2^(2x*log2e) + 1); saturates correctly at both ends. */
+static inline __m512 tanh_ps(__m512 x) {
+  __m512 e = exp2_ps(_mm512_mul_ps(x, _mm512_set1_ps(2.0f * CPU_LOG2E)));
+  __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+}
+
+/* Transform one row j of 16 lanes starting at lane i0 (softcap, ALiBi, mask). */
+static inline __m512 transform16(__m512 s, int j, int i0, const cpu_tile_info *ti,
+                                 __m512 *t_out) {
+  if (ti->softcap2 > 0.0f) {
+    __m512 t = tanh_ps(s);
+    if (t_out) *t_out = t;
+    s = _mm512_mul_ps(_mm512_set1_ps(ti->softcap2), t);
+  }
+  if (ti->alibi2 != 0.0f) {
+    __m512 d = _mm512_sub_ps(_mm512_loadu_ps(ti->ipos + i0), _mm512_set1_ps(ti->jpos0 + (float)j));
+    d = _mm512_abs_ps(d);
+    s = _mm512_fnmadd_ps(_mm512_set1_ps(ti->alibi2), d, s);
+  }
+  if (ti->partial) {
+    __m512i jv = _mm512_set1_epi32(j);
+    __mmask16 ok = _mm512_cmple_epi32_mask(_mm512_loadu_si512(ti->lo + i0), jv) &
+                   _mm512_cmpge_epi32_mask(_mm512_loadu_si512(ti->hi + i0), jv);
+    if (ti->elem) {
+      __m128i e = _mm_loadu_si128((const __m128i *)(ti->elem + j * CPU_BR + i0));
+      ok &= _mm_cmpneq_epi8_mask(e, _mm_setzero_si128());
+    }
+    s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), ok, s);
+  }
+  return s;
+}
+
+static void softmax_fwd_avx512(float *S, int nj, const cpu_tile_info *ti, float *m, float *l,
+                               float *alpha) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+    __m512 mold = _mm512_loadu_ps(m + i0), mx = mold;
+    for (int j = 0; j < nj; j++) {
+      float *row = S + j * CPU_BR + i0;
+      __m512 x = transform16(_mm512_loadu_ps(row), j, i0, ti, NULL);
+      _mm512_storeu_ps(row, x);
+      mx = _mm512_max_ps(mx, x);
+    }
+    __m512 mu = _mm512_mask_mov_ps(mx, _mm512_cmpeq_ps_mask(mx, ninf), _mm512_setzero_ps());
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 1 < nj; j += 2) {
+      float *r0 = S + j * CPU_BR + i0, *r1 = r0 + CPU_BR;
+      __m512 p0 = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(r0), mu));
+      __m512 p1 = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(r1), mu));
+      _mm512_storeu_ps(r0, p0);
+      _mm512_storeu_ps(r1, p1);
+      s0 = _mm512_add_ps(s0, p0);
+      s1 = _mm512_add_ps(s1, p1);
+    }
+    if (j < nj) {
+      float *r0 = S + j * CPU_BR + i0;
+      __m512 p0 = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(r0), mu));
+      _mm512_storeu_ps(r0, p0);
+      s0 = _mm512_add_ps(s0, p0);
+    }
+    __m512 a = exp2_ps(_mm512_sub_ps(mold, mu));
+    _mm512_storeu_ps(alpha + i0, a);
+    _mm512_storeu_ps(l + i0, _mm512_fmadd_ps(_mm512_loadu_ps(l + i0), a, _mm512_add_ps(s0, s1)));
+    _mm512_storeu_ps(m + i0, mx);
+  }
+}
+
+static void probs_bwd_avx512(float *S, int nj, const cpu_tile_info *ti, const float *lse2,
+                             float *T) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < nj; j++)
+    for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+      float *row = S + j * CPU_BR + i0;
+      __m512 t = _mm512_setzero_ps();
+      __m512 x = transform16(_mm512_loadu_ps(row), j, i0, ti, &t);
+      if (T) _mm512_storeu_ps(T + j * CPU_BR + i0, t);
+      __m512 p = exp2_ps(_mm512_sub_ps(x, _mm512_loadu_ps(lse2 + i0)));
+      p = _mm512_mask_mov_ps(p, _mm512_cmpeq_ps_mask(x, ninf), _mm512_setzero_ps());
+      _mm512_storeu_ps(row, p);
+    }
+}
+
+static void dscores_avx512(float *dP, const float *P, const float *T, int nj,
+                           const float *delta, float factor) {
+  const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f);
+  for (int j = 0; j < nj; j++)
+    for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+      int e = j * CPU_BR + i0;
+      __m512 p = _mm512_loadu_ps(P + e);
+      __m512 ds = _mm512_mul_ps(_mm512_mul_ps(f, p),
+                                _mm512_sub_ps(_mm512_loadu_ps(dP + e), _mm512_loadu_ps(delta + i0)));
+      if (T) {
+        __m512 t = _mm512_loadu_ps(T + e);
+        ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
+      }
+      ds = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ), ds);
+      _mm512_storeu_ps(dP + e, ds);
+    }
+}
+
+static const cpu_tile_ops ops_avx512 = {"cpu-avx512", gemm_avx512, softmax_fwd_avx512,
+                                        probs_bwd_avx512, dscores_avx512};
+
+const cpu_tile_ops *attn__cpu_ops_avx512(void) { return &ops_avx512; }

@@ -1,0 +1,137 @@
+/* tiles.c — where the CPU kernels' tiles fall: varlen segments, the visible key range of a
+ * query tile, and the per-tile mask description (skip, full, or partial). */
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *count) {
+  int n = pb->num_seqs ? pb->num_seqs : 1;
+  cpu_segment *seg = calloc((size_t)n, sizeof *seg);
+  if (!seg) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "segment list (%d) allocation failed", n);
+  int used = 0;
+  if (!pb->num_seqs) {
+    seg[0] = (cpu_segment){0, pb->sq, 0, pb->skv, pb->q_pos0, pb->k_pos0,
+                           pb->seq_kv - pb->seq_q, pb->seq_kv};
+    used = 1;
+  } else {
+    const int64_t qa = pb->q_pos0, qb = pb->q_pos0 + pb->sq;
+    const int64_t ka = pb->k_pos0, kb = pb->k_pos0 + pb->skv;
+    for (int s = 0; s < pb->num_seqs; s++) {
+      int64_t s_qa = pb->cu_q[s], s_qb = pb->cu_q[s + 1];
+      int64_t s_ka = pb->cu_kv[s], s_kb = pb->cu_kv[s + 1];
+      int64_t r0 = (s_qa > qa ? s_qa : qa) - qa, r1 = (s_qb < qb ? s_qb : qb) - qa;
+      if (r0 >= r1) continue;
+      int64_t c0 = (s_ka > ka ? s_ka : ka) - ka, c1 = (s_kb < kb ? s_kb : kb) - ka;
+      if (c1 < c0) c1 = c0;
+      seg[used++] = (cpu_segment){r0, r1, c0, c1, qa - s_qa, ka - s_ka,
+                                  (s_kb - s_ka) - (s_qb - s_qa), s_kb - s_ka};
+    }
+  }
+  *out = seg;
+  *count = used;
+  return ATTN_OK;
+}
+
+static void row_range(const attn__problem *pb, const cpu_segment *seg, int64_t r, int64_t *lo,
+                      int64_t *hi) {
+  attn__row_range(pb->causal, pb->window_left, pb->window_right, seg->off, r + seg->qpos_row0,
+                  seg->len_kv, lo, hi);
+  *lo -= seg->kpos_col0; /* to local key indices */
+  *hi -= seg->kpos_col0;
+}
+
+void attn__cpu_key_range(const attn__problem *pb, const cpu_segment *seg, int64_t r0, int rows,
+                         int64_t *c0, int64_t *c1) {
+  int64_t lo, hi, lo2, hi2;
+  row_range(pb, seg, r0, &lo, &hi);
+  row_range(pb, seg, r0 + rows - 1, &lo2, &hi2);
+  *c0 = lo > seg->c0 ? lo : seg->c0;
+  *c1 = hi2 + 1 < seg->c1 ? hi2 + 1 : seg->c1;
+}
+
+/* Block-mask verdict for sequence-local query positions [qa, qb] x keys [ka, kb]:
+ * 0 none visible, 1 all visible, 2 mixed. */
+static int block_verdict(const attn_block_mask *bm, int64_t qa, int64_t qb, int64_t ka,
+                         int64_t kb) {
+  int seen0 = 0, seen1 = 0;
+  for (int64_t q = qa / bm->block_q; q <= qb / bm->block_q; q++)
+    for (int64_t k = ka / bm->block_k; k <= kb / bm->block_k; k++) {
+      int on = q < bm->num_q_blocks && k < bm->num_k_blocks &&
+               bm->mask[q * bm->num_k_blocks + k];
+      seen1 |= on;
+      seen0 |= !on;
+      if (seen0 && seen1) return 2;
+    }
+  return seen1 ? 1 : 0;
+}
+
+static void fill_elem(const attn_block_mask *bm, int64_t qpos0, int rows, int64_t kpos0, int nj,
+                      uint8_t *elem /* [CPU_BC][CPU_BR] */) {
+  memset(elem, 0, (size_t)CPU_BC * CPU_BR);
+  for (int j = 0; j < nj; j++) {
+    int64_t kb = (kpos0 + j) / bm->block_k;
+    for (int i = 0; i < rows; i++) {
+      int64_t qb = (qpos0 + i) / bm->block_q;
+      elem[j * CPU_BR + i] = qb < bm->num_q_blocks && kb < bm->num_k_blocks &&
+                             bm->mask[qb * bm->num_k_blocks + kb] != 0;
+    }
+  }
+}
+
+int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h, int64_t r0,
+                        int rows, int64_t c0, int64_t c1, cpu_tile_info *ti, uint8_t *elem_buf) {
+  const int nj = (int)(c1 - c0);
+  int any = 0, partial = 0;
+  for (int i = 0; i < CPU_BR; i++) {
+    int64_t lo = 1, hi = 0;
+    if (i < rows) {
+      row_range(pb, seg, r0 + i, &lo, &hi);
+      lo -= c0;
+      hi -= c0;
+      if (lo < 0) lo = 0;
+      if (hi > nj - 1) hi = nj - 1;
+      if (lo <= hi) any = 1;
+      if (lo > 0 || hi < nj - 1) partial = 1;
+      if (lo > nj) lo = nj; /* keep within int32 */
+      if (hi < -1) hi = -1;
+    }
+    ti->lo[i] = (int32_t)lo;
+    ti->hi[i] = (int32_t)hi;
+    ti->ipos[i] = (float)(r0 + i + seg->qpos_row0 + seg->off);
+  }
+  if (!any) return 0;
+  ti->elem = NULL;
+  const attn_block_mask *bm = pb->block_mask;
+  if (bm) {
+    int64_t qa = r0 + seg->qpos_row0, ka = c0 + seg->kpos_col0;
+    int v = block_verdict(bm, qa, qa + rows - 1, ka, ka + nj - 1);
+    if (v == 0) return 0;
+    if (v == 2) {
+      fill_elem(bm, qa, rows, ka, nj, elem_buf);
+      ti->elem = elem_buf;
+      partial = 1;
+    }
+  }
+  ti->partial = partial;
+  ti->softcap2 = pb->softcap > 0.0f ? pb->softcap * CPU_LOG2E : 0.0f;
+  ti->alibi2 = pb->alibi ? pb->alibi[h] * CPU_LOG2E : 0.0f;
+  ti->jpos0 = (float)(c0 + seg->kpos_col0);
+  return 1;
+}
+
+uint8_t *attn__cpu_nonfinite_tiles(attn__view x, int64_t B, int64_t S, int64_t H, int64_t D) {
+  const int64_t nt = (S + CPU_BC - 1) / CPU_BC;
+  uint8_t *flags = calloc((size_t)(B * H * nt) + 1, 1); /* [B][H][nt] */
+  if (!flags) return NULL;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t s = 0; s < S; s++) {
+        const float *row = x.p + b * x.sb + s * x.ss + h * x.sh; /* [D] */
+        float acc = 0.0f;
+        for (int64_t d = 0; d < D; d++) acc += row[d] * 0.0f; /* NaN iff a NaN or Inf */
+        if (acc != 0.0f) flags[(b * H + h) * nt + s / CPU_BC] = 1;
+      }
+  return flags;
+}

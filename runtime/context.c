@@ -1,0 +1,62 @@
+/* context.c — context lifetime, backend selection and per-call statistics. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg_in) {
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn_ctx_t *) is NULL");
+  *out = NULL;
+  attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
+  if (cfg_in) {
+    if (cfg_in->size < offsetof(attn_ctx_config, device) || cfg_in->size > (1u << 16) ||
+        cfg_in->version < 1 || cfg_in->version > ATTN_CTX_CONFIG_VERSION)
+      return attn__fail(ATTN_ERR_INVALID_ARG,
+                        "cfg size=%zu version=%u is not valid; initialise with "
+                        "ATTN_CTX_CONFIG_INIT",
+                        cfg_in->size, cfg_in->version);
+    memcpy(&cfg, cfg_in, cfg_in->size < sizeof cfg ? cfg_in->size : sizeof cfg);
+    cfg.size = sizeof cfg;
+  }
+  if (cfg.num_threads < 0)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "cfg.num_threads=%d must be >= 0 (0 = default)",
+                      cfg.num_threads);
+  if (cfg.backend != ATTN_BACKEND_AUTO && cfg.backend != ATTN_BACKEND_CPU &&
+      cfg.backend != ATTN_BACKEND_CUDA)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "cfg.backend=%d is not a backend (0 auto, 1 cpu, 2 cuda)",
+                      (int)cfg.backend);
+  if (cfg.backend == ATTN_BACKEND_CUDA)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "backend=cuda: this build has no CUDA backend; use cpu or auto");
+  if (ATTN_PARAM("FORCE_SCALAR", 0)) cfg.force_scalar = 1;
+
+  attn_ctx_t ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "context allocation failed");
+  ctx->cfg = cfg;
+  attn_status st = attn__cpu_backend(ctx, &ctx->ops);
+  if (st != ATTN_OK) {
+    free(ctx);
+    return st;
+  }
+  attn__clear_error();
+  *out = ctx;
+  return ATTN_OK;
+}
+
+attn_status attn_ctx_destroy(attn_ctx_t ctx) {
+  if (!ctx) return ATTN_OK;
+  free(ctx->backend_data);
+  free(ctx);
+  return ATTN_OK;
+}
+
+const char *attn_ctx_backend_name(attn_ctx_t ctx) {
+  return ctx && ctx->ops ? ctx->ops->name : "none";
+}
+
+attn_status attn_ctx_last_stats(attn_ctx_t ctx, attn_stats *out) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn_stats *) is NULL");
+  *out = ctx->stats;
+  return ATTN_OK;
+}
