@@ -227,6 +227,123 @@ ATTN_API attn_status attn_bwd_block(attn_ctx_t ctx, const attn_spec *spec,
                                     attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                     const attn_block_pos *pos);
 
+/* ---- distribution: groups, ring attention (context parallel), the TP layer ---------- */
+
+typedef struct attn_group_s *attn_group_t;
+
+#define ATTN_GROUP_CONFIG_VERSION 1
+typedef struct {
+  size_t size;
+  uint32_t version;
+  int32_t tp;       /* tensor-parallel ranks (heads); TP groups are consecutive ranks */
+  int32_t cp;       /* context-parallel ranks (ring); tp * cp == communicator size */
+  double timeout_s; /* every wait; 0 → env ATTN_TIMEOUT, else 300 s */
+} attn_group_config;
+
+#define ATTN_GROUP_CONFIG_INIT \
+  {sizeof(attn_group_config), ATTN_GROUP_CONFIG_VERSION, 1, 1, 0.0}
+
+/* mpi_comm points to an MPI_Comm; it is duplicated, and the caller's error handler is
+ * left as it is. Collective over the communicator. */
+ATTN_API attn_status attn_group_create(attn_group_t *out, attn_ctx_t ctx, const void *mpi_comm,
+                                       const attn_group_config *cfg);
+ATTN_API attn_status attn_group_destroy(attn_group_t grp); /* accepts NULL */
+/* After a failure: cancel what is pending and mark the group dead (later calls fail at
+ * once). Never exits; the caller decides whether to end the job. */
+ATTN_API attn_status attn_group_abort(attn_group_t grp);
+
+typedef struct {
+  int32_t rank, size;       /* in the group's communicator */
+  int32_t tp_rank, tp_size; /* rank / size in this rank's TP group */
+  int32_t cp_rank, cp_size; /* rank / size in this rank's CP group (the ring) */
+} attn_group_info;
+ATTN_API attn_status attn_group_get_info(attn_group_t grp, attn_group_info *out);
+
+/* How a sequence is cut over the CP ranks. CONTIGUOUS: cp chunks, rank r holds chunk r.
+ * ZIGZAG (TE/Megatron's 2*cp layout, balanced for causal): rank r holds chunks r and
+ * 2*cp-1-r. Chunk c spans [floor(c*S/n), floor((c+1)*S/n)), so lengths that do not divide
+ * give chunks that differ by at most one row. */
+typedef enum { ATTN_LAYOUT_CONTIGUOUS = 0, ATTN_LAYOUT_ZIGZAG = 1 } attn_cp_layout;
+
+typedef struct {
+  int32_t count;    /* runs: 1 (contiguous) or 2 (zigzag) */
+  int64_t start[2]; /* global row of each run */
+  int64_t len[2];
+  int64_t rows; /* len[0] + len[1]: this rank's local rows, in run order */
+} attn_cp_shard;
+ATTN_API attn_status attn_cp_shard_rows(attn_cp_layout layout, int32_t cp, int32_t cp_rank,
+                                        int64_t seq, attn_cp_shard *out);
+
+/* Ring attention over this rank's CP group. Local shards, rows as attn_cp_shard_rows of
+ * the global lengths: q [B, Sq_loc, Hq, Dqk], k [B, Skv_loc, Hkv, Dqk], v [B, Skv_loc, Hkv,
+ * Dv], o [B, Sq_loc, Hq, Dv], lse [B, Hq, Sq_loc]. Positions are global, so causal,
+ * window, ALiBi, block masks and varlen (cu_seqlens over the global packed sequence) mean
+ * exactly what they mean on one rank. The float32 state travels into every step's kernel;
+ * sinks are applied once, at the end. */
+ATTN_API attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec,
+                                   attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                                   const attn_tensor *q, const attn_tensor *k,
+                                   const attn_tensor *v, attn_tensor *o, float *lse);
+/* dq stays home; K, V and their gradient accumulators travel the ring. dsinks [Hq] is
+ * summed over the CP group (identical on every rank). */
+ATTN_API attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec,
+                                   attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                                   const attn_tensor *q, const attn_tensor *k,
+                                   const attn_tensor *v, const attn_tensor *o,
+                                   const float *lse, const attn_tensor *dout, attn_tensor *dq,
+                                   attn_tensor *dk, attn_tensor *dv, float *dsinks);
+
+/* What the last ring call did, step by step (step 0 = the local block). */
+typedef struct {
+  double compute_s; /* kernel time */
+  double wait_s;    /* time blocked waiting for the exchange (exposed communication) */
+  int64_t bytes;    /* bytes this rank sent in the step */
+  int32_t computed; /* 0 when the mask excluded the whole block */
+} attn_ring_step;
+/* Copies up to max steps into steps; *count gets the number of steps. */
+ATTN_API attn_status attn_group_last_steps(attn_group_t grp, attn_ring_step *steps, int32_t max,
+                                           int32_t *count);
+
+/* The tensor-parallel attention layer: y = Attn(x W_q, x W_k, x W_v) W_o, heads sharded
+ * over the TP group, each rank's part AllReduced; within a TP rank, attention runs as a
+ * ring over its CP group when cp > 1. */
+typedef struct attn_layer_s *attn_layer_t;
+
+#define ATTN_LAYER_CONFIG_VERSION 1
+typedef struct {
+  size_t size;
+  uint32_t version;
+  int64_t d_model;
+  attn_spec spec;        /* global: Hq, Hkv, Dqk, Dv, masks; sinks/alibi are [Hq] global */
+  float rope_theta;      /* RoPE on Q and K after projection; 0: off */
+  attn_cp_layout layout; /* how x's rows are cut over the CP group (cp > 1) */
+} attn_layer_config;
+
+#define ATTN_LAYER_CONFIG_INIT \
+  {sizeof(attn_layer_config), ATTN_LAYER_CONFIG_VERSION, 0, ATTN_SPEC_INIT, 0.0f, ATTN_LAYOUT_ZIGZAG}
+
+/* Heads this TP rank owns: query heads [hq0, hq0 + hq), KV heads [hk0, hk0 + hk). KV heads
+ * are split when Hkv >= tp and replicated (hk = 1) when Hkv < tp. */
+typedef struct {
+  int32_t hq0, hq, hk0, hk;
+} attn_layer_heads;
+
+ATTN_API attn_status attn_layer_create(attn_layer_t *out, attn_group_t grp,
+                                       const attn_layer_config *cfg);
+ATTN_API attn_status attn_layer_destroy(attn_layer_t layer); /* accepts NULL */
+ATTN_API attn_status attn_layer_get_heads(attn_layer_t layer, attn_layer_heads *out);
+/* x, y [B, S_loc, d_model] (this CP rank's rows; x identical over the TP group);
+ * w_qkv [d_model, (hq*Dqk + hk*Dqk + hk*Dv)] = this rank's columns [W_q | W_k | W_v];
+ * w_o [hq*Dv, d_model] = this rank's rows of W_o. y is identical over the TP group.
+ * The layer keeps what backward needs until the next forward. */
+ATTN_API attn_status attn_layer_fwd(attn_layer_t layer, int64_t batch, int64_t seq_global,
+                                    const float *x, const float *w_qkv, const float *w_o,
+                                    float *y);
+/* dy [B, S_loc, d_model] → dx (AllReduced over TP), dw_qkv and dw_o (this rank's shards;
+ * a replicated KV head's gradient is summed over the ranks that share it). */
+ATTN_API attn_status attn_layer_bwd(attn_layer_t layer, const float *dy, float *dx,
+                                    float *dw_qkv, float *dw_o);
+
 /* Forward FLOPs by the peers' rule: 2*B*Hq*Sq*Skv*(Dqk+Dv) (= 4*..*D), halved when
  * causal; backward is 2.5x that. */
 ATTN_API double attn_flops_fwd(const attn_spec *spec, int64_t batch, int64_t seq_q,

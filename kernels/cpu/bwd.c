@@ -115,8 +115,8 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         for (int64_t t = jb->seg_tile0[s]; t < jb->seg_tile0[s + 1]; t++) {
           const qtile *qt = &jb->tiles[t];
           int64_t a = ca > qt->kc0 ? ca : qt->kc0, e = cb < qt->kc1 ? cb : qt->kc1;
-          if (a >= e) continue;
-          if (!attn__cpu_tile_info(pb, seg, h, qt->r0, qt->rows, ca, cb, &w->ti, w->elem)) {
+          if (a >= e ||
+              !attn__cpu_tile_info(pb, seg, h, qt->r0, qt->rows, ca, cb, &w->ti, w->elem)) {
             skipped++;
             continue;
           }

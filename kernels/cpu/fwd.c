@@ -35,8 +35,11 @@ static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
   const float *q = pb->q.p + it->b * pb->q.sb + it->r0 * pb->q.ss + it->h * pb->q.sh;
   memset(w->qt, 0, (size_t)pb->Dqk * CPU_BR * sizeof(float));
-  for (int i = 0; i < it->rows; i++)
-    for (int64_t d = 0; d < pb->Dqk; d++) w->qt[d * CPU_BR + i] = q[i * pb->q.ss + d] * qs;
+  for (int i0 = 0; i0 < it->rows; i0 += 16) { /* 16 rows at a time: one line of qt per d */
+    int n = it->rows - i0 < 16 ? it->rows - i0 : 16;
+    for (int64_t d = 0; d < pb->Dqk; d++)
+      for (int i = i0; i < i0 + n; i++) w->qt[d * CPU_BR + i] = q[i * pb->q.ss + d] * qs;
+  }
 }
 
 /* Folds the visible key tiles of the item into w's state. */
@@ -44,7 +47,7 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const cpu_segment *seg = &jb->segs[it->seg];
   const int64_t hk = it->h / (pb->Hq / pb->Hkv);
-  int64_t kc0, kc1, computed = 0, skipped = 0;
+  int64_t kc0, kc1, computed = 0;
   attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
   const float *kbase = pb->k.p + it->b * pb->k.sb + hk * pb->k.sh;
   const float *vbase = pb->v.p + it->b * pb->v.sb + hk * pb->v.sh;
@@ -53,10 +56,8 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
     int64_t ca = t * CPU_BC > kc0 ? t * CPU_BC : kc0;
     int64_t cb = (t + 1) * CPU_BC < kc1 ? (t + 1) * CPU_BC : kc1;
     int nj = (int)(cb - ca);
-    if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem)) {
-      skipped++;
+    if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
-    }
     jb->ops->gemm(w->s, CPU_BR, kbase + ca * pb->k.ss, 1, pb->k.ss, w->qt, CPU_BR, nj, CPU_BR,
                   (int)pb->Dqk, NULL, CPU_GEMM_SET, 0);
     jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
@@ -66,7 +67,9 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
     computed++;
     flops += 2.0 * it->rows * nj * (double)(pb->Dqk + pb->Dv);
   }
-  attn__cpu_count(jb->ctx, computed, skipped, flops);
+  /* Tiles of the segment's key range never visited are skipped too. */
+  int64_t all = seg->c1 > seg->c0 ? (seg->c1 - 1) / CPU_BC - seg->c0 / CPU_BC + 1 : 0;
+  attn__cpu_count(jb->ctx, computed, all - computed, flops);
 }
 
 static void state_zero(const attn__problem *pb, fwd_work *w) {
@@ -82,17 +85,22 @@ static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, at
                           float *lse, int64_t lse_rows) {
   const attn__problem *pb = jb->pb;
   const float sink2 = pb->sinks ? pb->sinks[it->h] * CPU_LOG2E : -INFINITY;
+  float inv[CPU_BR];
   for (int i = 0; i < it->rows; i++) {
-    float m2 = w->m[i], top = m2 > sink2 ? m2 : sink2;
-    float *orow = o.p + it->b * o.sb + (it->r0 + i) * o.ss + it->h * o.sh; /* [Dv] */
-    float lse2 = -INFINITY, inv = 0.0f;
+    float m2 = w->m[i], top = m2 > sink2 ? m2 : sink2, lse2 = -INFINITY;
+    inv[i] = 0.0f;
     if (top != -INFINITY) {
       float sm = exp2f(m2 - top), z = w->l[i] * sm + exp2f(sink2 - top);
-      inv = sm / z;
+      inv[i] = sm / z;
       lse2 = top + log2f(z);
     }
-    for (int64_t d = 0; d < pb->Dv; d++) orow[d] = w->ot[d * CPU_BR + i] * inv;
     if (lse) lse[(it->b * pb->Hq + it->h) * lse_rows + pb->q_row0 + it->r0 + i] = lse2 / CPU_LOG2E;
+  }
+  float *o0 = o.p + it->b * o.sb + it->r0 * o.ss + it->h * o.sh; /* row i at o0 + i*o.ss */
+  for (int i0 = 0; i0 < it->rows; i0 += 16) {
+    int n = it->rows - i0 < 16 ? it->rows - i0 : 16;
+    for (int64_t d = 0; d < pb->Dv; d++)
+      for (int i = i0; i < i0 + n; i++) o0[i * o.ss + d] = w->ot[d * CPU_BR + i] * inv[i];
   }
 }
 

@@ -6,24 +6,26 @@
 #include <immintrin.h>
 
 /* ---- the register-blocked GEMM ------------------------------------------------------
- * A micro-tile is MR rows x NV vectors of 16 lanes; A is broadcast (any strides), B is
- * loaded by rows. Instantiated for MR in {8, 4, 2, 1} and NV in {1, 2}. */
+ * A micro-tile is MR rows x NV vectors of 16 lanes (6 x 4 = 24 accumulators measured
+ * fastest here: ~185 GFLOP/s a core vs ~150 for 8 x 2); A is broadcast (any strides),
+ * B is loaded by rows; only the last vector is masked (N tails). Instantiated for
+ * MR in {6, 4, 2, 1} and NV in {1..4}. */
 #define GEMM_KERNEL(MR, NV)                                                                 \
   static void kern_##MR##x##NV(float *C, int64_t ldc, const float *A, int64_t ak,         \
-                               int64_t am, const float *B, int64_t ldb, int K,            \
-                               __mmask16 k0, __mmask16 k1, const float *alpha, int mode,  \
-                               int safe) {                                                \
+                               int64_t am, const float *B, int64_t ldb, int K, __mmask16 kl, \
+                               const float *alpha, int mode, int safe) {                  \
     __m512 c[MR][NV];                                                                     \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                  \
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)                                  \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
     if (!safe) {                                                                          \
       for (int k = 0; k < K; k++) {                                                       \
         __m512 b[NV];                                                                     \
-        b[0] = _mm512_maskz_loadu_ps(k0, B);                                              \
-        if (NV > 1) b[NV - 1] = _mm512_maskz_loadu_ps(k1, B + 16);                        \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                            \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV - 1; v++) b[v] =                   \
+            _mm512_loadu_ps(B + 16 * v);                                                  \
+        b[NV - 1] = _mm512_maskz_loadu_ps(kl, B + 16 * (NV - 1));                         \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {                            \
           __m512 a = _mm512_set1_ps(A[r * am]);                                           \
-          _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) c[r][v] =                  \
+          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[r][v] =                  \
               _mm512_fmadd_ps(a, b[v], c[r][v]);                                          \
         }                                                                                 \
         A += ak;                                                                          \
@@ -34,64 +36,62 @@
       for (int k = 0; k < K; k++) {                                                       \
         __m512 b[NV];                                                                     \
         __mmask16 nz[NV];                                                                 \
-        b[0] = _mm512_maskz_loadu_ps(k0, B);                                              \
-        if (NV > 1) b[NV - 1] = _mm512_maskz_loadu_ps(k1, B + 16);                        \
-        for (int v = 0; v < NV; v++) nz[v] = _mm512_cmp_ps_mask(b[v], z, _CMP_NEQ_UQ);    \
-        for (int r = 0; r < MR; r++) {                                                    \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                            \
+          b[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? kl : (__mmask16)0xffff, B + 16 * v);  \
+          nz[v] = _mm512_cmp_ps_mask(b[v], z, _CMP_NEQ_UQ);                               \
+        }                                                                                 \
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {                            \
           float as = A[r * am];                                                           \
           if (as == 0.0f) continue;                                                       \
           __m512 a = _mm512_set1_ps(as);                                                  \
-          for (int v = 0; v < NV; v++)                                                    \
-            c[r][v] = _mm512_mask3_fmadd_ps(a, b[v], c[r][v], nz[v]);                     \
+          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[r][v] =                  \
+              _mm512_mask3_fmadd_ps(a, b[v], c[r][v], nz[v]);                             \
         }                                                                                 \
         A += ak;                                                                          \
         B += ldb;                                                                         \
       }                                                                                   \
     }                                                                                     \
-    __mmask16 km[2] = {k0, k1};                                                           \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                \
-      _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) {                              \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {                                \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                              \
+        __mmask16 km = v == NV - 1 ? kl : (__mmask16)0xffff;                              \
         float *cp = C + r * ldc + 16 * v;                                                 \
         __m512 x = c[r][v];                                                               \
         if (mode == CPU_GEMM_ADD)                                                         \
-          x = _mm512_add_ps(_mm512_maskz_loadu_ps(km[v], cp), x);                         \
+          x = _mm512_add_ps(_mm512_maskz_loadu_ps(km, cp), x);                            \
         else if (mode == CPU_GEMM_SCALE_ADD)                                              \
-          x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km[v], alpha + 16 * v),               \
-                              _mm512_maskz_loadu_ps(km[v], cp), x);                       \
-        _mm512_mask_storeu_ps(cp, km[v], x);                                              \
+          x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km, alpha + 16 * v),                  \
+                              _mm512_maskz_loadu_ps(km, cp), x);                          \
+        _mm512_mask_storeu_ps(cp, km, x);                                                 \
       }                                                                                   \
     }                                                                                     \
   }
 
-GEMM_KERNEL(8, 2)
-GEMM_KERNEL(4, 2)
-GEMM_KERNEL(2, 2)
-GEMM_KERNEL(1, 2)
-GEMM_KERNEL(8, 1)
-GEMM_KERNEL(4, 1)
-GEMM_KERNEL(2, 1)
-GEMM_KERNEL(1, 1)
+#define GEMM_KERNELS(NV) \
+  GEMM_KERNEL(6, NV) GEMM_KERNEL(4, NV) GEMM_KERNEL(2, NV) GEMM_KERNEL(1, NV)
+GEMM_KERNELS(1)
+GEMM_KERNELS(2)
+GEMM_KERNELS(3)
+GEMM_KERNELS(4)
 
 typedef void (*kern_fn)(float *, int64_t, const float *, int64_t, int64_t, const float *,
-                        int64_t, int, __mmask16, __mmask16, const float *, int, int);
-
-static __mmask16 lane_mask(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1u); }
+                        int64_t, int, __mmask16, const float *, int, int);
 
 static void gemm_avx512(float *C, int64_t ldc, const float *A, int64_t ak, int64_t am,
                         const float *B, int64_t ldb, int M, int N, int K, const float *alpha,
                         int mode, int safe) {
-  static const kern_fn two[4] = {kern_8x2, kern_4x2, kern_2x2, kern_1x2};
-  static const kern_fn one[4] = {kern_8x1, kern_4x1, kern_2x1, kern_1x1};
-  static const int rows[4] = {8, 4, 2, 1};
-  for (int n = 0; n < N; n += 32) {
-    int nn = N - n < 32 ? N - n : 32;
-    __mmask16 k0 = lane_mask(nn), k1 = lane_mask(nn - 16);
-    const kern_fn *tab = nn > 16 ? two : one;
+#define KROW(NV) {kern_6x##NV, kern_4x##NV, kern_2x##NV, kern_1x##NV}
+  static const kern_fn tab[4][4] = {KROW(1), KROW(2), KROW(3), KROW(4)};
+#undef KROW
+  static const int rows[4] = {6, 4, 2, 1};
+  for (int n = 0; n < N; n += 64) {
+    int nn = N - n < 64 ? N - n : 64, nv = (nn + 15) / 16, tail = nn - 16 * (nv - 1);
+    __mmask16 kl = tail >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << tail) - 1u);
     const float *al = alpha ? alpha + n : NULL;
     int m = 0;
     for (int t = 0; t < 4; t++)
       for (; M - m >= rows[t]; m += rows[t])
-        tab[t](C + m * ldc + n, ldc, A + m * am, ak, am, B + n, ldb, K, k0, k1, al, mode, safe);
+        tab[nv - 1][t](C + m * ldc + n, ldc, A + m * am, ak, am, B + n, ldb, K, kl, al, mode,
+                       safe);
   }
 }
 

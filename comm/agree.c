@@ -1,0 +1,1 @@
+/* agree.c — placeholder, being written */

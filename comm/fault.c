@@ -1,0 +1,1 @@
+/* fault.c — placeholder, being written */

@@ -1,0 +1,1 @@
+/* mpi.c — placeholder, being written */

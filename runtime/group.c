@@ -1,0 +1,1 @@
+/* group.c — placeholder, being written */

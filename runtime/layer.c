@@ -1,0 +1,1 @@
+/* layer.c — placeholder, being written */

@@ -1,0 +1,1 @@
+/* ring.c — placeholder, being written */

@@ -1,0 +1,1 @@
+/* rope.c — placeholder, being written */
