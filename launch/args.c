@@ -1,0 +1,410 @@
+/* args.c — parses the attnrun command line into run_args: a table of flags, typed setters,
+ * then cross-flag validation. Every error is a sentence naming the flag and the value. */
+#include "args.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_BOOL, K_SIZE, K_INT, K_FLOAT, K_SPECIAL } flag_kind;
+typedef int (*special_fn)(run_args *a, const char *v, char *err, size_t errlen);
+
+typedef struct {
+  const char *name;
+  flag_kind kind;
+  size_t offset; /* field for K_BOOL/K_SIZE/K_INT/K_FLOAT */
+  unsigned given;
+  special_fn special;
+} flag_def;
+
+static int set_err(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int args_parse_size(const char *s, int allow_neg, int64_t *out) {
+  if (!s || !*s) return -1;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || errno) return -1;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k')
+    shift = 10;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30;
+  if (shift) end++;
+  if (*end != '\0') return -1;
+  if (v < 0 && !(allow_neg && v == -1 && !shift)) return -1;
+  if (v > (LLONG_MAX >> shift)) return -1;
+  *out = (int64_t)v << shift;
+  return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+static int set_window(run_args *a, const char *v, char *err, size_t errlen) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", v);
+  char *comma = strchr(buf, ',');
+  if (comma) *comma = '\0';
+  int64_t l, r;
+  if (args_parse_size(buf, 1, &l) || args_parse_size(comma ? comma + 1 : buf, 1, &r))
+    return set_err(err, errlen, "--window '%s': expected L,R (or W for W,W); sizes >= 0 or -1", v);
+  a->window_left = l;
+  a->window_right = r;
+  return 0;
+}
+
+static int set_varlen(run_args *a, const char *v, char *err, size_t errlen) {
+  a->varlen_explicit = strchr(v, ',') != NULL;
+  a->varlen_count = 0;
+  const char *p = v;
+  while (*p) {
+    char buf[32];
+    size_t n = strcspn(p, ",");
+    int64_t len;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < 31 ? n : 31), p);
+    if (args_parse_size(buf, 0, &len) || len < 1 || len > INT32_MAX)
+      return set_err(err, errlen,
+                     "--varlen '%s': expected N (N random lengths) or a list L1,L2,...", v);
+    if (a->varlen_count == ARGS_MAX_VARLEN)
+      return set_err(err, errlen, "--varlen: more than %d lengths", ARGS_MAX_VARLEN);
+    a->varlen_lens[a->varlen_count++] = (int32_t)len;
+    p += n + (p[n] == ',');
+  }
+  if (a->varlen_count == 0) return set_err(err, errlen, "--varlen: empty value");
+  if (!a->varlen_explicit) a->varlen_count = a->varlen_lens[0];
+  return 0;
+}
+
+static int set_sparse_key(run_args *a, const char *key, int64_t val) {
+  attn_sparse_pattern *p = &a->sparse_pattern;
+  if (val > INT32_MAX) return -1;
+  if (!strcmp(key, "local"))
+    p->local_blocks = (int32_t)val;
+  else if (!strcmp(key, "stride"))
+    p->stride = (int32_t)val;
+  else if (!strcmp(key, "global"))
+    p->global_blocks = (int32_t)val;
+  else if (!strcmp(key, "random"))
+    p->random_blocks = (int32_t)val;
+  else if (!strcmp(key, "block") && val >= 1)
+    a->sparse_block = (int32_t)val;
+  else if (!strcmp(key, "seed"))
+    p->seed = (uint64_t)val;
+  else
+    return -1;
+  return 0;
+}
+
+static int set_sparse(run_args *a, const char *v, char *err, size_t errlen) {
+  a->sparse = 1;
+  const char *p = v;
+  while (*p) {
+    char item[64], *eq;
+    size_t n = strcspn(p, ",");
+    int64_t val;
+    snprintf(item, sizeof item, "%.*s", (int)(n < 63 ? n : 63), p);
+    eq = strchr(item, '=');
+    if (!eq || (*eq = '\0', args_parse_size(eq + 1, 0, &val)) || set_sparse_key(a, item, val))
+      return set_err(err, errlen,
+                     "--sparse '%s': expected key=value pairs from local, stride, global, "
+                     "random, block, seed (e.g. local=2,stride=4,global=1,random=1,block=64)",
+                     v);
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
+static int set_backend(run_args *a, const char *v, char *err, size_t errlen) {
+  if (!strcmp(v, "auto"))
+    a->backend = ATTN_BACKEND_AUTO;
+  else if (!strcmp(v, "cpu"))
+    a->backend = ATTN_BACKEND_CPU;
+  else if (!strcmp(v, "cuda"))
+    a->backend = ATTN_BACKEND_CUDA;
+  else
+    return set_err(err, errlen, "--backend '%s': expected cpu, auto or cuda", v);
+  return 0;
+}
+
+static int set_seed(run_args *a, const char *v, char *err, size_t errlen) {
+  char *end;
+  errno = 0;
+  unsigned long long s = strtoull(v, &end, 0);
+  if (end == v || *end || errno || v[0] == '-')
+    return set_err(err, errlen, "--seed '%s': expected a non-negative integer", v);
+  a->seed = (uint64_t)s;
+  return 0;
+}
+
+static int set_load(run_args *a, const char *v, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  a->load_dir = v;
+  return 0;
+}
+static int set_save(run_args *a, const char *v, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  a->save_dir = v;
+  return 0;
+}
+static int set_json(run_args *a, const char *v, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  a->json_path = v;
+  return 0;
+}
+
+#define F(name, kind, field, given)                                                                \
+  { name, kind, offsetof(run_args, field), given, NULL }
+#define S(name, fn, given)                                                                         \
+  { name, K_SPECIAL, 0, given, fn }
+static const flag_def flags[] = {
+    F("--seq", K_SIZE, seq_q, GIVEN_SHAPE | GIVEN_SEQ),
+    F("--seq-kv", K_SIZE, seq_kv, GIVEN_SHAPE | GIVEN_SEQ_KV),
+    F("--batch", K_SIZE, batch, GIVEN_SHAPE),
+    F("--heads", K_INT, heads_q, GIVEN_SHAPE),
+    F("--kv-heads", K_INT, heads_kv, GIVEN_SHAPE),
+    F("--head-dim", K_INT, head_dim_qk, GIVEN_SHAPE),
+    F("--head-dim-v", K_INT, head_dim_v, GIVEN_SHAPE),
+    F("--causal", K_BOOL, causal, GIVEN_MASK),
+    S("--window", set_window, GIVEN_MASK),
+    F("--softcap", K_FLOAT, softcap, GIVEN_MASK),
+    F("--scale", K_FLOAT, scale, GIVEN_MASK),
+    F("--sinks", K_BOOL, sinks, GIVEN_MASK),
+    F("--alibi", K_BOOL, alibi, GIVEN_MASK),
+    S("--varlen", set_varlen, GIVEN_MASK),
+    S("--sparse", set_sparse, GIVEN_MASK),
+    F("--bwd", K_BOOL, bwd, 0),
+    F("--threads", K_INT, threads, 0),
+    F("--iters", K_INT, iters, 0),
+    F("--warmup", K_INT, warmup, 0),
+    S("--seed", set_seed, 0),
+    F("--check", K_SIZE, check_rows, 0),
+    S("--load", set_load, 0),
+    S("--save", set_save, 0),
+    S("--json", set_json, 0),
+    S("--backend", set_backend, 0),
+    F("--scalar", K_BOOL, scalar, 0),
+};
+#undef F
+#undef S
+
+static const flag_def *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (strlen(flags[i].name) == len && !strncmp(flags[i].name, name, len)) return &flags[i];
+  return NULL;
+}
+
+static int apply_value(run_args *a, const flag_def *f, const char *v, char *err, size_t errlen) {
+  char *field = (char *)a + f->offset;
+  int64_t n;
+  switch (f->kind) {
+  case K_SIZE:
+    if (args_parse_size(v, 0, &n))
+      return set_err(err, errlen, "%s '%s': expected a size such as 4096, 4K or 1M", f->name, v);
+    *(int64_t *)field = n;
+    return 0;
+  case K_INT:
+    if (args_parse_size(v, 0, &n) || n > INT32_MAX)
+      return set_err(err, errlen, "%s '%s': expected a non-negative integer", f->name, v);
+    *(int32_t *)field = (int32_t)n;
+    return 0;
+  case K_FLOAT:
+    if (parse_float(v, (float *)field))
+      return set_err(err, errlen, "%s '%s': expected a number", f->name, v);
+    return 0;
+  case K_SPECIAL:
+    return f->special(a, v, err, errlen);
+  case K_BOOL:
+    break;
+  }
+  return set_err(err, errlen, "%s takes no value", f->name);
+}
+
+static void set_defaults(run_args *a) {
+  memset(a, 0, sizeof *a);
+  a->batch = 1;
+  a->seq_q = 2048;
+  a->heads_q = 8;
+  a->head_dim_qk = 128;
+  a->window_left = a->window_right = -1;
+  a->iters = 5;
+  a->warmup = 1;
+  a->seed = 1;
+  a->sparse_block = 64;
+  a->backend = ATTN_BACKEND_AUTO;
+}
+
+/* One argv entry (and maybe the next one, its value). Returns args consumed or -1. */
+static int parse_one(run_args *a, int argc, char **argv, int i, char *err, size_t errlen) {
+  const char *arg = argv[i];
+  const char *eq = strchr(arg, '=');
+  size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+  const flag_def *f = find_flag(arg, len);
+  if (!f) return set_err(err, errlen, "unknown flag '%s'", arg);
+  a->given |= f->given;
+  if (f->kind == K_BOOL) {
+    if (eq) return set_err(err, errlen, "%.*s takes no value", (int)len, arg);
+    *(int *)((char *)a + f->offset) = 1;
+    return 1;
+  }
+  const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+  if (!v || (!eq && v[0] == '-' && v[1] == '-'))
+    return set_err(err, errlen, "%s needs a value", f->name);
+  return apply_value(a, f, v, err, errlen) ? -1 : (eq ? 1 : 2);
+}
+
+static int check_varlen(run_args *a, char *err, size_t errlen) {
+  if (a->batch != 1)
+    return set_err(err, errlen, "--varlen packs sequences along S: --batch must be 1");
+  if (!a->varlen_explicit) {
+    int64_t shortest = a->seq_kv < a->seq_q ? a->seq_kv : a->seq_q;
+    if (a->varlen_count > shortest)
+      return set_err(err, errlen, "--varlen %d: more sequences than tokens (%lld)", a->varlen_count,
+                     (long long)shortest);
+    return 0;
+  }
+  int64_t total = 0;
+  for (int i = 0; i < a->varlen_count; i++)
+    total += a->varlen_lens[i];
+  if (((a->given & GIVEN_SEQ) && total != a->seq_q) ||
+      ((a->given & GIVEN_SEQ_KV) && total != a->seq_kv))
+    return set_err(err, errlen, "--varlen lengths sum to %lld, but --seq is %lld and --seq-kv %lld",
+                   (long long)total, (long long)a->seq_q, (long long)a->seq_kv);
+  a->seq_q = a->seq_kv = total;
+  return 0;
+}
+
+static int check_shape(const run_args *a, char *err, size_t errlen) {
+  if (a->batch < 1 || a->seq_q < 1 || a->seq_kv < 1)
+    return set_err(err, errlen, "--batch, --seq and --seq-kv must be at least 1");
+  if (a->heads_q < 1 || a->heads_kv < 1)
+    return set_err(err, errlen, "--heads and --kv-heads must be at least 1");
+  if (a->heads_q % a->heads_kv)
+    return set_err(err, errlen,
+                   "--heads %d is not a multiple of --kv-heads %d (GQA needs Hq %% Hkv == 0)",
+                   a->heads_q, a->heads_kv);
+  if (a->head_dim_qk < 1 || a->head_dim_v < 1)
+    return set_err(err, errlen, "--head-dim and --head-dim-v must be at least 1");
+  return 0;
+}
+
+static int check_run(const run_args *a, char *err, size_t errlen) {
+  if (a->iters < 1 || a->iters > ARGS_MAX_ITERS)
+    return set_err(err, errlen, "--iters %d: must be 1..%d", a->iters, ARGS_MAX_ITERS);
+  if (a->warmup > ARGS_MAX_ITERS)
+    return set_err(err, errlen, "--warmup %d: must be 0..%d", a->warmup, ARGS_MAX_ITERS);
+  if (a->softcap < 0)
+    return set_err(err, errlen, "--softcap %g: must be >= 0 (0: off)", a->softcap);
+  if (a->scale < 0)
+    return set_err(err, errlen, "--scale %g: must be > 0 (0: 1/sqrt(head_dim))", a->scale);
+  if (a->load_dir && (a->given & GIVEN_SHAPE))
+    return set_err(
+        err, errlen,
+        "shape flags (--seq, --heads, ...) conflict with --load: shapes come from the files");
+  if (a->load_dir && a->varlen_count)
+    return set_err(err, errlen,
+                   "--varlen conflicts with --load: use cu_seqlens_q.npy / cu_seqlens_kv.npy");
+  return 0;
+}
+
+static int validate(run_args *a, char *err, size_t errlen) {
+  if (!a->heads_kv) a->heads_kv = a->heads_q;
+  if (!a->head_dim_v) a->head_dim_v = a->head_dim_qk;
+  if (!(a->given & GIVEN_SEQ_KV)) a->seq_kv = a->seq_q;
+  if (check_shape(a, err, errlen) || check_run(a, err, errlen)) return -1;
+  if (a->varlen_count && check_varlen(a, err, errlen)) return -1;
+  a->default_problem = !(a->given & (GIVEN_SHAPE | GIVEN_MASK)) && !a->load_dir;
+  if (a->default_problem) a->causal = 1;
+  return 0;
+}
+
+args_result args_parse(int argc, char **argv, run_args *a, char *err, size_t errlen) {
+  set_defaults(a);
+  err[0] = '\0';
+  for (int i = 1; i < argc;) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return ARGS_HELP;
+    int used = parse_one(a, argc, argv, i, err, errlen);
+    if (used < 0) return ARGS_ERROR;
+    i += used;
+  }
+  return validate(a, err, errlen) ? ARGS_ERROR : ARGS_OK;
+}
+
+void args_usage(FILE *out, const char *prog) {
+  fprintf(
+      out,
+      "usage: %s [flags]    exact softmax attention, forward and backward, timed and checked\n"
+      "\n"
+      "With no problem flag (none of the flags under 'problem', and no --load) it runs the\n"
+      "default problem: B=1 S=2K Hq=Hkv=8 D=128 causal. Inputs come from a counter-based RNG\n"
+      "keyed by (seed, tensor, global index), uniform in [-sqrt3, sqrt3).\n"
+      "Sizes take K/M/G suffixes, powers of two (4K = 4096).\n"
+      "\n"
+      "problem\n"
+      "  --seq N            query length Sq (default 2K)\n"
+      "  --seq-kv N         key/value length Skv (default Sq)\n"
+      "  --batch N          batch B (default 1)\n"
+      "  --heads N          query heads Hq (default 8)\n"
+      "  --kv-heads N       key/value heads Hkv, Hq %% Hkv == 0 (default Hq; 1 = MQA)\n"
+      "  --head-dim N       Dqk (default 128)\n"
+      "  --head-dim-v N     Dv (default Dqk)\n"
+      "  --causal           causal mask, bottom-right aligned\n"
+      "  --window L,R       sliding window: keys i+off-L..i+off+R (-1 unbounded; W alone = W,W)\n"
+      "  --softcap C        s = C*tanh(s/C)\n"
+      "  --scale S          score scale (default 1/sqrt(Dqk))\n"
+      "  --sinks            per-head sink logits, generated U[0,2) (--load: sinks.npy if present)\n"
+      "  --alibi            ALiBi slopes 2^(-8(h+1)/Hq) (--load: alibi.npy if present)\n"
+      "  --varlen N|L1,..   pack sequences along S (B=1): N of random lengths splitting Sq and\n"
+      "                     Skv alike, or the listed lengths (both Sq and Skv; sum = --seq)\n"
+      "  --sparse SPEC      block-sparse tile mask, SPEC = key=value list from local, stride,\n"
+      "                     global, random (blocks), block (tile size, default 64), seed\n"
+      "                     e.g. local=2,stride=4,global=1,random=1,block=64\n"
+      "run\n"
+      "  --bwd              also run and time the backward pass\n"
+      "  --iters N          timed iterations, median reported (default 5)\n"
+      "  --warmup N         untimed iterations first (default 1)\n"
+      "  --threads N        CPU threads (default: OpenMP default)\n"
+      "  --seed N           input seed (default 1)\n"
+      "  --check N          compare N sampled query rows (and with --bwd N key rows) with the\n"
+      "                     float64 oracle; exit 3 if any element is wrong\n"
+      "  --backend B        cpu | auto | cuda (default auto)\n"
+      "  --scalar           force the portable scalar CPU kernels\n"
+      "input / output\n"
+      "  --load DIR         read q.npy k.npy v.npy [sinks.npy alibi.npy do.npy cu_seqlens_q.npy\n"
+      "                     cu_seqlens_kv.npy] (float32/int32, C order); shapes from the files\n"
+      "  --save DIR         write o.npy lse.npy [dq.npy dk.npy dv.npy dsinks.npy] and the inputs\n"
+      "  --json FILE        append one JSON record of the run\n"
+      "  --help             this text\n"
+      "\n"
+      "exit status: 0 ok, 1 error (library, files), 2 bad flags, 3 --check found wrong elements\n",
+      prog);
+}
+
+void args_usage_short(FILE *out, const char *prog) {
+  fprintf(
+      out,
+      "usage: %s [--seq N] [--seq-kv N] [--batch N] [--heads N] [--kv-heads N] [--head-dim N]\n"
+      "         [--head-dim-v N] [--causal] [--window L,R] [--softcap C] [--scale S] [--sinks]\n"
+      "         [--alibi] [--varlen N|L1,L2,..] [--sparse SPEC] [--bwd] [--iters N] [--warmup N]\n"
+      "         [--threads N] [--seed N] [--check N] [--backend cpu|auto|cuda] [--scalar]\n"
+      "         [--load DIR] [--save DIR] [--json FILE] [--help]\n"
+      "run '%s --help' for what each flag does\n",
+      prog, prog);
+}

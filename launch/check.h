@@ -1,0 +1,45 @@
+/* check.h — --check N: sampled rows of the outputs against the float64 oracle over the full
+ * sequence (rows fetched through problem_fetch), with errors relative to max|ref|. */
+#ifndef ATTNRUN_LAUNCH_CHECK_H
+#define ATTNRUN_LAUNCH_CHECK_H
+
+#include <stdint.h>
+
+#include "args.h"
+#include "problem.h"
+#include "run.h"
+
+#define CHECK_TOL_FWD 2e-5
+#define CHECK_TOL_BWD 2e-4
+
+enum { CK_O, CK_LSE, CK_DQ, CK_DK, CK_DV, CK_DSINKS, CK_COUNT };
+
+typedef struct {
+  int used;
+  int64_t count, wrong;
+  double max_abs_err, max_ref, tol;
+  char worst[160]; /* "O[b=0,s=17,h=3,d=5] = 0.12 (ref 0.13)" */
+  double worst_err;
+} check_tensor;
+
+typedef struct {
+  int64_t q_rows, k_rows; /* rows sampled */
+  check_tensor t[CK_COUNT];
+  int64_t wrong;
+  double max_abs_err, max_rel_err; /* over all tensors; rel = err / max|ref| of its tensor */
+  double seconds;
+  int dsinks_skipped; /* dsinks needs every row: skipped on big problems */
+} check_report;
+
+/* Checks a->check_rows sampled query rows (O, LSE; with --bwd dQ, and as many key rows for
+ * dK and dV; dsinks when the problem is small) of this rank's shard. */
+void check_run(const run_args *a, const problem *p, const run_result *r, check_report *out);
+
+/* Self-test of the checker (ATTNRUN_CHECK_SELFTEST=1): perturbs the first element of the
+ * first sampled row of O, dQ, dK and dV (sample 0 is always element 0) by 1e-2, so tests
+ * can see --check report wrong elements and exit non-zero. */
+void check_selftest_perturb(run_result *r);
+
+extern const char *const check_tensor_name[CK_COUNT];
+
+#endif
