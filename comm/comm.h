@@ -25,7 +25,11 @@ typedef struct {
   /* send/recv [size][bytes]: block r of send goes to rank r. */
   attn_status (*alltoall)(attn__comm *c, const void *send, void *recv, int64_t bytes);
   /* The ring step: post the send of sbuf to rank `to` and the receive into rbuf from rank
-   * `from` (either may be skipped with a negative rank); returns at once. */
+   * `from` (either may be skipped with a negative rank); returns at once. rbytes may exceed
+   * the incoming size only for messages up to ATTN_COMM_CHUNK (1 GiB): larger ones travel
+   * in pieces, so both sides must pass the same size. Several exchanges may be in flight;
+   * both sides start them in the same order. After a timeout a receive that MPI could not
+   * cancel may still land in rbuf: end the job (collectives use internal copies). */
   attn_status (*exchange_start)(attn__comm *c, const void *sbuf, int64_t sbytes, int to,
                                 void *rbuf, int64_t rbytes, int from, attn__comm_req **req);
   /* Completes and frees req (also on failure). */
@@ -58,6 +62,9 @@ typedef struct {
 } attn__fingerprint;
 void attn__fp_add(attn__fingerprint *fp, const char *name, int64_t value);
 attn_status attn__comm_agree(attn__comm *c, const attn__fingerprint *fp);
+
+/* Writes "rank 3" or "ranks 0..2, 5" for n world ranks (any order; -1 prints as "?"). */
+void attn__rank_list(char *buf, size_t cap, const int *ranks, int n);
 
 /* Test hooks: ATTN_FAULT="rank:where:step:action" makes that world rank exit, SIGKILL
  * itself or stall (sleep) when it reaches `where` (allreduce | ring) at step `step`. */

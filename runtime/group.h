@@ -15,7 +15,8 @@ struct attn_group_s {
   int32_t nsteps, steps_cap;
 };
 
-/* Clears the step record and makes room for n steps. */
+/* Clears the step record (nsteps = 0) and makes room for n zeroed steps; the ring code
+ * fills steps[0..n) and sets nsteps. */
 attn_status attn__group_steps_reset(attn_group_t grp, int32_t n);
 
 #endif

@@ -10,7 +10,7 @@
 #include "../../runtime/internal.h"
 
 #define CPU_BR 128 /* query rows per tile (lanes) */
-#define CPU_BC 64 /* keys per tile */
+#define CPU_BC 128 /* keys per tile */
 #define CPU_LOG2E 1.4426950408889634f
 
 /* Masks and transforms of one (query tile, key tile) pair, in log2 units. */

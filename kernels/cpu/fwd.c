@@ -42,6 +42,14 @@ static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   }
 }
 
+/* Asks for the next key tile's rows (short strided runs the hardware prefetcher misses)
+ * to be brought towards L2 while this tile computes. */
+static void prefetch_rows(const float *p, int64_t stride, int64_t d, int64_t left) {
+  int64_t n = left < CPU_BC ? left : CPU_BC;
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t x = 0; x < d; x += 16) __builtin_prefetch(p + j * stride + x, 0, 2);
+}
+
 /* Folds the visible key tiles of the item into w's state. */
 static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
@@ -58,6 +66,8 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
     int nj = (int)(cb - ca);
     if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
+    prefetch_rows(kbase + cb * pb->k.ss, pb->k.ss, pb->Dqk, kc1 - cb);
+    prefetch_rows(vbase + cb * pb->v.ss, pb->v.ss, pb->Dv, kc1 - cb);
     jb->ops->gemm(w->s, CPU_BR, kbase + ca * pb->k.ss, 1, pb->k.ss, w->qt, CPU_BR, nj, CPU_BR,
                   (int)pb->Dqk, NULL, CPU_GEMM_SET, 0);
     jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
