@@ -1,0 +1,348 @@
+/* test_case.c — the library-vs-oracle harness (see test_case.h). */
+#include "test_case.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t tc_n_q(const tc_prob *P) { return P->B * P->Sq * P->Hq * P->Dqk; }
+int64_t tc_n_k(const tc_prob *P) { return P->B * P->Skv * P->Hkv * P->Dqk; }
+int64_t tc_n_v(const tc_prob *P) { return P->B * P->Skv * P->Hkv * P->Dv; }
+int64_t tc_n_o(const tc_prob *P) { return P->B * P->Sq * P->Hq * P->Dv; }
+int64_t tc_n_lse(const tc_prob *P) { return P->B * P->Hq * P->Sq; }
+
+attn_ctx_t tc_ctx(int force_scalar, int threads) {
+  attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
+  cfg.backend = ATTN_BACKEND_CPU;
+  cfg.num_threads = threads;
+  cfg.force_scalar = force_scalar;
+  attn_ctx_t ctx = NULL;
+  attn_status st = attn_ctx_create(&ctx, &cfg);
+  if (st != ATTN_OK) {
+    fprintf(stderr, "attn_ctx_create: %s: %s\n", attn_status_string(st), attn_last_error());
+    exit(1);
+  }
+  return ctx;
+}
+
+void tc_describe(const tc_case *c, char *buf, size_t n) {
+  int w = snprintf(buf, n, "%s: B=%lld Sq=%lld Skv=%lld Hq=%d Hkv=%d Dqk=%d Dv=%d",
+                   c->name ? c->name : "case", (long long)c->B, (long long)c->Sq,
+                   (long long)c->Skv, c->Hq, c->Hkv, c->Dqk, c->Dv ? c->Dv : c->Dqk);
+#define ADD(...)                                                        \
+  do {                                                                  \
+    if (w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, __VA_ARGS__); \
+  } while (0)
+  if (c->causal) ADD(" causal");
+  if (c->window) ADD(" window=(%lld,%lld)", (long long)c->wl, (long long)c->wr);
+  if (c->softcap > 0) ADD(" softcap=%g", (double)c->softcap);
+  if (c->scale > 0) ADD(" scale=%g", (double)c->scale);
+  if (c->sinks) ADD(" sinks");
+  if (c->alibi) ADD(" alibi");
+  if (c->nseq) {
+    ADD(" varlen q=[");
+    for (int s = 0; s < c->nseq; s++) ADD("%s%d", s ? "," : "", c->lq[s]);
+    ADD("] kv=[");
+    for (int s = 0; s < c->nseq; s++) ADD("%s%d", s ? "," : "", c->lkv[s]);
+    ADD("]");
+  }
+  if (c->bq) ADD(" block_mask=%dx%d%s", c->bq, c->bk, c->mask_short ? "(short)" : "");
+  if (c->bhsd) ADD(" bhsd");
+  if (c->amp > 0) ADD(" amp=%g", c->amp);
+  ADD(" seed=%llu", (unsigned long long)c->seed);
+#undef ADD
+}
+
+/* Library copy of a [B,S,H,D] array, in BHSD memory order when asked. */
+static void make_lib_tensor(const tc_prob *P, const float *src, int64_t S, int64_t H,
+                            int64_t D, float **buf, attn_tensor *t) {
+  int64_t n = P->B * S * H * D;
+  if (!*buf) *buf = tu_alloc((size_t)n * sizeof(float));
+  if (!P->c.bhsd) {
+    memcpy(*buf, src, (size_t)n * sizeof(float));
+    *t = attn_tensor_f32(*buf, P->B, S, H, D);
+    return;
+  }
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        memcpy(*buf + ((b * H + h) * S + s) * D, src + ((b * S + s) * H + h) * D,
+               (size_t)D * sizeof(float));
+  attn_tensor v = {*buf, ATTN_F32, ATTN_DEVICE_HOST, {P->B, S, H, D}, {H * S * D, D, S * D, 1}};
+  *t = v;
+}
+
+/* Gathers a library output (same memory order as the inputs) to [B,S,H,D]. */
+static void gather(const tc_prob *P, const float *buf, int64_t S, int64_t H, int64_t D,
+                   float *dst) {
+  int64_t n = P->B * S * H * D;
+  if (!P->c.bhsd) {
+    memcpy(dst, buf, (size_t)n * sizeof(float));
+    return;
+  }
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        memcpy(dst + ((b * S + s) * H + h) * D, buf + ((b * H + h) * S + s) * D,
+               (size_t)D * sizeof(float));
+}
+
+static attn_tensor out_tensor(const tc_prob *P, float *buf, int64_t S, int64_t H, int64_t D) {
+  if (!P->c.bhsd) return attn_tensor_f32(buf, P->B, S, H, D);
+  attn_tensor v = {buf, ATTN_F32, ATTN_DEVICE_HOST, {P->B, S, H, D}, {H * S * D, D, S * D, 1}};
+  return v;
+}
+
+static void init_varlen(tc_prob *P) {
+  const tc_case *c = &P->c;
+  P->cu_q = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
+  P->cu_kv = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
+  for (int s = 0; s < c->nseq; s++) {
+    P->cu_q[s + 1] = P->cu_q[s] + c->lq[s];
+    P->cu_kv[s + 1] = P->cu_kv[s] + c->lkv[s];
+  }
+  P->B = 1;
+  P->Sq = P->cu_q[c->nseq];
+  P->Skv = P->cu_kv[c->nseq];
+  P->spec.cu_seqlens_q = P->cu_q;
+  P->spec.cu_seqlens_kv = P->cu_kv;
+  P->spec.num_seqs = c->nseq;
+}
+
+static void init_block_mask(tc_prob *P) {
+  const tc_case *c = &P->c;
+  int64_t maxq = P->Sq, maxk = P->Skv; /* sequence-local extents */
+  if (c->nseq) {
+    maxq = maxk = 1;
+    for (int s = 0; s < c->nseq; s++) {
+      maxq = c->lq[s] > maxq ? c->lq[s] : maxq;
+      maxk = c->lkv[s] > maxk ? c->lkv[s] : maxk;
+    }
+  }
+  P->bm.block_q = c->bq;
+  P->bm.block_k = c->bk;
+  P->bm.num_q_blocks = (maxq + c->bq - 1) / c->bq;
+  P->bm.num_k_blocks = (maxk + c->bk - 1) / c->bk;
+  if (c->mask_short) {
+    P->bm.num_q_blocks = P->bm.num_q_blocks > 1 ? P->bm.num_q_blocks - 1 : 1;
+    P->bm.num_k_blocks = P->bm.num_k_blocks > 1 ? P->bm.num_k_blocks - 1 : 1;
+  }
+  int64_t n = P->bm.num_q_blocks * P->bm.num_k_blocks;
+  P->mask = tu_alloc((size_t)n);
+  tu_rng r = tu_rng_make(c->seed * 31 + 7);
+  for (int64_t x = 0; x < n; x++)
+    P->mask[x] = c->mask_bits ? c->mask_bits[x] : (tu_next(&r) % 3) != 0;
+  P->bm.mask = P->mask;
+  P->spec.block_mask = &P->bm;
+}
+
+void tc_init(tc_prob *P, const tc_case *c) {
+  memset(P, 0, sizeof *P);
+  P->c = *c;
+  P->B = c->B;
+  P->Sq = c->Sq;
+  P->Skv = c->Skv;
+  P->Hq = c->Hq;
+  P->Hkv = c->Hkv;
+  P->Dqk = c->Dqk;
+  P->Dv = c->Dv ? c->Dv : c->Dqk;
+  attn_spec s = ATTN_SPEC_INIT;
+  s.num_heads_q = c->Hq;
+  s.num_heads_kv = c->Hkv;
+  s.head_dim_qk = c->Dqk;
+  s.head_dim_v = c->Dv;
+  s.scale = c->scale;
+  s.causal = c->causal;
+  s.window_left = c->window ? c->wl : -1;
+  s.window_right = c->window ? c->wr : -1;
+  s.softcap = c->softcap;
+  P->spec = s;
+  if (c->nseq) init_varlen(P);
+  if (c->bq) init_block_mask(P);
+  uint64_t seed = c->seed * 1000;
+  double amp = c->amp > 0 ? c->amp : 1.0;
+  P->sinks = tu_alloc((size_t)P->Hq * sizeof(float));
+  P->alibi = tu_alloc((size_t)P->Hq * sizeof(float));
+  tu_fill(P->sinks, P->Hq, -1.5, 2.5, seed + 5);
+  for (int64_t h = 0; h < P->Hq; h++) /* the usual geometric slopes */
+    P->alibi[h] = powf(2.0f, -8.0f * (float)(h + 1) / (float)P->Hq);
+  if (c->sinks) P->spec.sinks = P->sinks;
+  if (c->alibi) P->spec.alibi_slopes = P->alibi;
+  P->q = tu_alloc((size_t)tc_n_q(P) * sizeof(float));
+  P->k = tu_alloc((size_t)tc_n_k(P) * sizeof(float));
+  P->v = tu_alloc((size_t)tc_n_v(P) * sizeof(float));
+  P->dout = tu_alloc((size_t)tc_n_o(P) * sizeof(float));
+  tu_fill(P->q, tc_n_q(P), -amp, amp, seed + 1);
+  tu_fill(P->k, tc_n_k(P), -amp, amp, seed + 2);
+  tu_fill(P->v, tc_n_v(P), -1.0, 1.0, seed + 3);
+  tu_fill(P->dout, tc_n_o(P), -1.0, 1.0, seed + 4);
+  P->arr.q = P->q;
+  P->arr.k = P->k;
+  P->arr.v = P->v;
+  P->arr.dout = P->dout;
+  attn_ref_problem_arrays(&P->rp, &P->spec, P->B, P->Sq, P->Skv, &P->arr);
+  tc_sync(P);
+}
+
+static void free_ref(tc_prob *P) {
+  free(P->ro);
+  free(P->rlse);
+  free(P->rdq);
+  free(P->rdk);
+  free(P->rdv);
+  free(P->rds);
+  P->ro = P->rlse = P->rdq = P->rdk = P->rdv = P->rds = NULL;
+}
+
+void tc_sync(tc_prob *P) {
+  make_lib_tensor(P, P->q, P->Sq, P->Hq, P->Dqk, &P->lq, &P->tq);
+  make_lib_tensor(P, P->k, P->Skv, P->Hkv, P->Dqk, &P->lk, &P->tk);
+  make_lib_tensor(P, P->v, P->Skv, P->Hkv, P->Dv, &P->lv, &P->tv);
+  make_lib_tensor(P, P->dout, P->Sq, P->Hq, P->Dv, &P->ldo, &P->tdo);
+  free_ref(P);
+}
+
+void tc_ref(tc_prob *P, int bwd) {
+  if (!P->ro) {
+    P->ro = tu_dalloc(tc_n_o(P));
+    P->rlse = tu_dalloc(tc_n_lse(P));
+    attn_ref_fwd(&P->rp, P->ro, P->rlse);
+  }
+  if (bwd && !P->rdq) {
+    P->rdq = tu_dalloc(tc_n_q(P));
+    P->rdk = tu_dalloc(tc_n_k(P));
+    P->rdv = tu_dalloc(tc_n_v(P));
+    P->rds = tu_dalloc(P->Hq);
+    attn_ref_bwd(&P->rp, P->rdq, P->rdk, P->rdv, P->rds);
+  }
+}
+
+void tc_lib(attn_ctx_t ctx, tc_prob *P, tc_out *out, int bwd) {
+  memset(out, 0, sizeof *out);
+  out->o = tu_falloc(tc_n_o(P));
+  out->lse = tu_falloc(tc_n_lse(P));
+  float *obuf = tu_falloc(tc_n_o(P));
+  attn_tensor to = out_tensor(P, obuf, P->Sq, P->Hq, P->Dv);
+  out->fwd_status = attn_fwd(ctx, &P->spec, &P->tq, &P->tk, &P->tv, &to, out->lse);
+  gather(P, obuf, P->Sq, P->Hq, P->Dv, out->o);
+  out->bwd_status = ATTN_OK;
+  if (bwd) {
+    out->dq = tu_falloc(tc_n_q(P));
+    out->dk = tu_falloc(tc_n_k(P));
+    out->dv = tu_falloc(tc_n_v(P));
+    out->ds = tu_falloc(P->Hq);
+    float *bq = tu_falloc(tc_n_q(P)), *bk = tu_falloc(tc_n_k(P)), *bv = tu_falloc(tc_n_v(P));
+    attn_tensor tdq = out_tensor(P, bq, P->Sq, P->Hq, P->Dqk);
+    attn_tensor tdk = out_tensor(P, bk, P->Skv, P->Hkv, P->Dqk);
+    attn_tensor tdv = out_tensor(P, bv, P->Skv, P->Hkv, P->Dv);
+    out->bwd_status = attn_bwd(ctx, &P->spec, &P->tq, &P->tk, &P->tv, &to, out->lse, &P->tdo,
+                               &tdq, &tdk, &tdv, out->ds);
+    gather(P, bq, P->Sq, P->Hq, P->Dqk, out->dq);
+    gather(P, bk, P->Skv, P->Hkv, P->Dqk, out->dk);
+    gather(P, bv, P->Skv, P->Hkv, P->Dv, out->dv);
+    free(bq);
+    free(bk);
+    free(bv);
+  }
+  free(obuf);
+}
+
+void tc_out_free(tc_out *out) {
+  free(out->o);
+  free(out->lse);
+  free(out->dq);
+  free(out->dk);
+  free(out->dv);
+  free(out->ds);
+  memset(out, 0, sizeof *out);
+}
+
+void tc_free(tc_prob *P) {
+  free_ref(P);
+  free(P->q);
+  free(P->k);
+  free(P->v);
+  free(P->dout);
+  free(P->lq);
+  free(P->lk);
+  free(P->lv);
+  free(P->ldo);
+  free(P->sinks);
+  free(P->alibi);
+  free(P->cu_q);
+  free(P->cu_kv);
+  free(P->mask);
+  memset(P, 0, sizeof *P);
+}
+
+static void report_case(const tc_prob *P, const char *tag) {
+  char desc[512];
+  tc_describe(&P->c, desc, sizeof desc);
+  fprintf(stderr, "  ^ in [%s] %s\n", tag ? tag : "", desc);
+}
+
+int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag) {
+  int before = tu_failures;
+  if (out->fwd_status != ATTN_OK || (bwd && out->bwd_status != ATTN_OK)) {
+    tu_failures++;
+    fprintf(stderr, "FAIL status fwd=%s bwd=%s: %s\n", attn_status_string(out->fwd_status),
+            attn_status_string(out->bwd_status), attn_last_error());
+    report_case(P, tag);
+    return 0;
+  }
+  tc_ref(P, bwd);
+  int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, dk4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
+  int64_t do4[4] = {P->B, P->Sq, P->Hq, P->Dv}, dv4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
+  int64_t dl4[4] = {1, P->B, P->Hq, P->Sq};
+  tu_compare("O", out->o, P->ro, tc_n_o(P), do4, TC_FWD_RTOL, 1e-6);
+  tu_compare("LSE", out->lse, P->rlse, tc_n_lse(P), dl4, TC_FWD_RTOL, 2e-6);
+  if (bwd) {
+    /* A gradient that cancels to ~0 (e.g. dK with one visible key: dS = dP - delta) is
+     * judged on the scale of all three gradients, not on its own max. */
+    double g = tu_max_abs(P->rdq, tc_n_q(P));
+    g = fmax(g, fmax(tu_max_abs(P->rdk, tc_n_k(P)), tu_max_abs(P->rdv, tc_n_v(P))));
+    double atol = 1e-6 + 0.1 * TC_BWD_RTOL * g;
+    tu_compare("dQ", out->dq, P->rdq, tc_n_q(P), dq4, TC_BWD_RTOL, atol);
+    tu_compare("dK", out->dk, P->rdk, tc_n_k(P), dk4, TC_BWD_RTOL, atol);
+    tu_compare("dV", out->dv, P->rdv, tc_n_v(P), dv4, TC_BWD_RTOL, atol);
+    if (P->c.sinks) tu_compare("dsinks", out->ds, P->rds, P->Hq, NULL, TC_BWD_RTOL, 1e-6);
+  }
+  if (tu_failures != before) report_case(P, tag);
+  return tu_failures == before;
+}
+
+int tc_check_pair(const tc_prob *P, const tc_out *a, const tc_out *b, int bwd, double rtol,
+                  const char *tag) {
+  int before = tu_failures;
+  int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, dk4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
+  int64_t do4[4] = {P->B, P->Sq, P->Hq, P->Dv}, dv4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
+  int64_t dl4[4] = {1, P->B, P->Hq, P->Sq};
+  tu_compare_f("O (pair)", a->o, b->o, tc_n_o(P), do4, rtol, 1e-7);
+  tu_compare_f("LSE (pair)", a->lse, b->lse, tc_n_lse(P), dl4, rtol, 1e-6);
+  if (bwd) {
+    tu_compare_f("dQ (pair)", a->dq, b->dq, tc_n_q(P), dq4, rtol, 1e-7);
+    tu_compare_f("dK (pair)", a->dk, b->dk, tc_n_k(P), dk4, rtol, 1e-7);
+    tu_compare_f("dV (pair)", a->dv, b->dv, tc_n_v(P), dv4, rtol, 1e-7);
+    if (P->c.sinks) tu_compare_f("dsinks (pair)", a->ds, b->ds, P->Hq, NULL, rtol, 1e-7);
+  }
+  if (tu_failures != before) report_case(P, tag);
+  return tu_failures == before;
+}
+
+int tc_run(attn_ctx_t ctx, const tc_case *c) {
+  tc_prob P;
+  tc_out out;
+  tc_init(&P, c);
+  tc_lib(ctx, &P, &out, c->bwd);
+  int ok = tc_check(&P, &out, c->bwd, NULL);
+  tc_out_free(&out);
+  tc_free(&P);
+  return ok;
+}
+
+attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n) {
+  attn_tensor r = *t;
+  r.data = (float *)t->data + s0 * t->stride[1];
+  r.shape[1] = n;
+  return r;
+}

@@ -1,0 +1,87 @@
+/* test_case.h — the library-vs-oracle harness shared by the unit tests: describe a case,
+ * generate its inputs, run attn_fwd/attn_bwd on poisoned outputs, run the float64 oracle,
+ * compare with the suite's tolerances and print the case when it fails. */
+#ifndef ATTN_TEST_CASE_H
+#define ATTN_TEST_CASE_H
+
+#include "attnrun.h"
+#include "ref.h"
+#include "test_util.h"
+
+/* Tolerances (relative to max|ref| of each tensor, plus a tiny atol). */
+#define TC_FWD_RTOL 2e-5
+#define TC_BWD_RTOL 2e-4
+
+typedef struct {
+  const char *name;
+  int64_t B, Sq, Skv; /* ignored with varlen (B = 1, lengths from lq/lkv) */
+  int Hq, Hkv, Dqk, Dv; /* Dv 0 → Dqk */
+  int causal;
+  int window;          /* window on: wl, wr (each -1 = unbounded side) */
+  int64_t wl, wr;
+  float softcap, scale;
+  int sinks, alibi;
+  int nseq;            /* varlen: number of sequences, lengths in lq / lkv */
+  const int32_t *lq, *lkv;
+  int bq, bk;          /* block mask block sizes (0: none); random blocks, ~2/3 visible */
+  int mask_short;      /* the mask covers one block fewer than needed in each direction */
+  const uint8_t *mask_bits; /* the mask itself instead of random blocks (row-major) */
+  int bhsd;            /* library tensors in [B, H, S, D] memory order (strided views) */
+  int bwd;             /* also run and check the backward */
+  double amp;          /* q and k drawn from [-amp, amp) (0 → 1) */
+  uint64_t seed;
+} tc_case;
+
+typedef struct {
+  tc_case c;
+  int64_t B, Sq, Skv, Hq, Hkv, Dqk, Dv;
+  attn_spec spec;
+  float *q, *k, *v, *dout;       /* [B,S,H,D] contiguous: what the oracle reads */
+  float *sinks, *alibi;          /* [Hq] */
+  int32_t *cu_q, *cu_kv;         /* [nseq + 1] */
+  attn_block_mask bm;
+  uint8_t *mask;
+  float *lq, *lk, *lv, *ldo;     /* library copies (BHSD order when c.bhsd) */
+  attn_tensor tq, tk, tv, tdo;
+  attn_ref_arrays arr;
+  attn_ref_problem rp;
+  double *ro, *rlse, *rdq, *rdk, *rdv, *rds; /* oracle results (NULL until tc_ref) */
+} tc_prob;
+
+typedef struct {
+  float *o, *lse, *dq, *dk, *dv, *ds; /* gathered to [B,S,H,D] contiguous; lse [B,Hq,Sq] */
+  attn_status fwd_status, bwd_status;
+} tc_out;
+
+int64_t tc_n_q(const tc_prob *P);
+int64_t tc_n_k(const tc_prob *P);
+int64_t tc_n_v(const tc_prob *P);
+int64_t tc_n_o(const tc_prob *P);
+int64_t tc_n_lse(const tc_prob *P);
+
+/* Context with num_threads and force_scalar; aborts the test if it cannot be created. */
+attn_ctx_t tc_ctx(int force_scalar, int threads);
+
+void tc_init(tc_prob *P, const tc_case *c);
+/* After editing P->q/k/v/dout: refresh the library copies (and drop oracle results). */
+void tc_sync(tc_prob *P);
+void tc_ref(tc_prob *P, int bwd);
+/* Poisons outputs, runs attn_fwd (and attn_bwd from the library's O/LSE when bwd). */
+void tc_lib(attn_ctx_t ctx, tc_prob *P, tc_out *out, int bwd);
+/* Compares out with the oracle (computing it if needed); prints the case on failure.
+ * Returns 1 when everything matches. */
+int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag);
+/* Compares two library results within fp32 rounding (rtol relative to max|b|). */
+int tc_check_pair(const tc_prob *P, const tc_out *a, const tc_out *b, int bwd, double rtol,
+                  const char *tag);
+void tc_out_free(tc_out *out);
+void tc_free(tc_prob *P);
+void tc_describe(const tc_case *c, char *buf, size_t n);
+
+/* One case start to end: init, library, oracle, compare. Returns 1 on pass. */
+int tc_run(attn_ctx_t ctx, const tc_case *c);
+
+/* Makes a [B,S,H,D] view of rows [s0, s0+n) of a library tensor. */
+attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n);
+
+#endif

@@ -1,0 +1,57 @@
+/* test_util.h — small helpers shared by the unit tests: a seeded RNG, NaN poisoning,
+ * compare-with-report against float64 references, failure counting. No library calls. */
+#ifndef ATTN_TEST_UTIL_H
+#define ATTN_TEST_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- failure counting: tests keep going, print every failure, exit non-zero at the end */
+extern int tu_failures;
+#define TU_CHECK(cond, ...)                                              \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      tu_failures++;                                                     \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
+      fprintf(stderr, __VA_ARGS__);                                      \
+      fprintf(stderr, "\n");                                             \
+    }                                                                    \
+  } while (0)
+/* Prints a summary line and returns the process exit code. */
+int tu_finish(const char *test_name);
+
+/* ---- RNG: splitmix64, deterministic across platforms -------------------------------- */
+typedef struct {
+  uint64_t s;
+} tu_rng;
+tu_rng tu_rng_make(uint64_t seed);
+uint64_t tu_next(tu_rng *r);
+double tu_uniform(tu_rng *r, double lo, double hi); /* [lo, hi) */
+int64_t tu_randint(tu_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
+/* n floats uniform in [lo, hi), never exactly 0 (0 is nudged). */
+void tu_fill(float *x, int64_t n, double lo, double hi, uint64_t seed);
+
+/* ---- memory ------------------------------------------------------------------------------ */
+void *tu_alloc(size_t bytes);  /* aborts on failure, zeroed */
+float *tu_falloc(int64_t n);   /* n floats, poisoned */
+double *tu_dalloc(int64_t n);  /* n doubles, zeroed */
+
+/* A quiet NaN with a recognisable payload: poisoned elements that were never written. */
+float tu_poison_value(void);
+void tu_poison(float *x, int64_t n);
+int64_t tu_count_poison(const float *x, int64_t n); /* bitwise poison count */
+
+/* ---- comparison --------------------------------------------------------------------------
+ * Passes iff every element is finite where ref is finite, equals ref where ref is
+ * +-inf, and max|got - ref| <= rtol * max(|ref|) + atol. On failure prints `what`, the
+ * worst element's index (decoded with dims[4] when given, else flat), value and
+ * reference. Returns 1 on pass, 0 on failure (and counts the failure). */
+int tu_compare(const char *what, const float *got, const double *ref, int64_t n,
+               const int64_t *dims, double rtol, double atol);
+/* Same for two float arrays (e.g. two library paths); ref is promoted to double. */
+int tu_compare_f(const char *what, const float *got, const float *ref, int64_t n,
+                 const int64_t *dims, double rtol, double atol);
+/* max |x| over finite elements. */
+double tu_max_abs(const double *x, int64_t n);
+
+#endif
