@@ -21,8 +21,8 @@ typedef struct {
   const uint8_t *elem;  /* [nj][CPU_BR] 1 = visible (block mask), or NULL */
   float softcap2;       /* cap*log2e; 0: off (then scores arrive already in log2 units) */
   float alibi2;         /* slope*log2e; 0: off (a zero slope adds nothing anyway) */
-  float ipos[CPU_BR];   /* per lane: query position + off (ALiBi distance |ipos - jpos|) */
-  float jpos0;          /* key position of the tile's first key */
+  float ipos[CPU_BR];   /* per lane: query position + off - the tile's first key position,
+                         * so the ALiBi distance |ipos - j| stays exact at any length */
 } cpu_tile_info;
 
 enum { CPU_GEMM_SET = 0, CPU_GEMM_ADD = 1, CPU_GEMM_SCALE_ADD = 2 };

@@ -129,7 +129,7 @@ static inline __m512 transform16(__m512 s, int j, int i0, const cpu_tile_info *t
     s = _mm512_mul_ps(_mm512_set1_ps(ti->softcap2), t);
   }
   if (ti->alibi2 != 0.0f) {
-    __m512 d = _mm512_sub_ps(_mm512_loadu_ps(ti->ipos + i0), _mm512_set1_ps(ti->jpos0 + (float)j));
+    __m512 d = _mm512_sub_ps(_mm512_loadu_ps(ti->ipos + i0), _mm512_set1_ps((float)j));
     d = _mm512_abs_ps(d);
     s = _mm512_fnmadd_ps(_mm512_set1_ps(ti->alibi2), d, s);
   }

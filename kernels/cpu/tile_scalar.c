@@ -28,7 +28,7 @@ static inline float transform(float s, int j, int i, const cpu_tile_info *ti, fl
     if (t_out) *t_out = t;
     s = ti->softcap2 * t;
   }
-  if (ti->alibi2 != 0.0f) s -= ti->alibi2 * fabsf(ti->ipos[i] - (ti->jpos0 + (float)j));
+  if (ti->alibi2 != 0.0f) s -= ti->alibi2 * fabsf(ti->ipos[i] - (float)j);
   if (ti->partial &&
       (j < ti->lo[i] || j > ti->hi[i] || (ti->elem && !ti->elem[j * CPU_BR + i])))
     return -INFINITY;
@@ -73,8 +73,8 @@ static void dscores_scalar(float *dP, const float *P, const float *T, int nj,
   for (int j = 0; j < nj; j++)
     for (int i = 0; i < CPU_BR; i++) {
       int e = j * CPU_BR + i;
-      float ds = P[e] == 0.0f ? 0.0f : factor * P[e] * (dP[e] - delta[i]);
-      if (T) ds *= 1.0f - T[e] * T[e];
+      float ds = 0.0f; /* masked (P = 0): 0, whatever NaN sits in dP or T */
+      if (P[e] != 0.0f) ds = factor * P[e] * (dP[e] - delta[i]) * (T ? 1.0f - T[e] * T[e] : 1.0f);
       dP[e] = ds;
     }
 }

@@ -98,7 +98,7 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
     }
     ti->lo[i] = (int32_t)lo;
     ti->hi[i] = (int32_t)hi;
-    ti->ipos[i] = (float)(r0 + i + seg->qpos_row0 + seg->off);
+    ti->ipos[i] = (float)(r0 + i + seg->qpos_row0 + seg->off - (c0 + seg->kpos_col0));
   }
   if (!any) return 0;
   ti->elem = NULL;
@@ -116,7 +116,6 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
   ti->partial = partial;
   ti->softcap2 = pb->softcap > 0.0f ? pb->softcap * CPU_LOG2E : 0.0f;
   ti->alibi2 = pb->alibi ? pb->alibi[h] * CPU_LOG2E : 0.0f;
-  ti->jpos0 = (float)(c0 + seg->kpos_col0);
   return 1;
 }
 
