@@ -343,6 +343,9 @@ ATTN_API attn_status attn_layer_fwd(attn_layer_t layer, int64_t batch, int64_t s
  * a replicated KV head's gradient is summed over the ranks that share it). */
 ATTN_API attn_status attn_layer_bwd(attn_layer_t layer, const float *dy, float *dx,
                                     float *dw_qkv, float *dw_o);
+/* d(sinks) of this rank's query heads [hq] (summed over the CP group) from the last
+ * attn_layer_bwd; the layer must have sinks. */
+ATTN_API attn_status attn_layer_get_dsinks(attn_layer_t layer, float *dsinks);
 
 /* Forward FLOPs by the peers' rule: 2*B*Hq*Sq*Skv*(Dqk+Dv) (= 4*..*D), halved when
  * causal; backward is 2.5x that. */
