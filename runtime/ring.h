@@ -1,0 +1,117 @@
+/* ring.h — what the ring attention files share (runtime/ring*.c): the validated call
+ * (the plan), the schedule (which rows of which K/V block a rank needs, and so which rows
+ * travel at which step), views of K/V blocks, packing, and the pre-flight agreement.
+ *
+ * Words used throughout: P = CP group size, r = this rank's cp_rank. Block y = the K/V
+ * shard of cp rank y; at step s rank r holds block (r - s) mod P. A shard has one or two
+ * runs (contiguous / zigzag) of consecutive global rows. Spans are global rows, half-open. */
+#ifndef ATTN_RING_H
+#define ATTN_RING_H
+
+#include "group.h"
+
+typedef struct {
+  int64_t lo, hi; /* global rows [lo, hi); empty when lo >= hi */
+} ring_span;
+
+typedef struct {
+  ring_span run[2]; /* rows of each run of a K/V shard */
+} ring_rows;
+
+typedef enum { RING_FWD = 0, RING_BWD = 1 } ring_op;
+
+/* A validated ring call. */
+typedef struct {
+  attn_ctx_t ctx;
+  attn__comm *comm; /* the CP communicator */
+  const attn_spec *spec; /* the caller's (handed to the block API as is) */
+  int P, r;
+  int64_t seq_q, seq_kv;
+  int64_t B, Hq, Hkv, Dqk, Dv;
+  int causal;
+  int64_t wl, wr;
+  attn_cp_shard *qsh, *ksh; /* [P]: query and K/V shards of every cp rank */
+  int32_t nseq;             /* varlen sequences (0: one sequence of seq_q x seq_kv) */
+  const int32_t *cq, *ck;   /* [nseq + 1] */
+} ring_plan;
+
+/* Validates the spec, q, k, v, the layout and every rank's shard sizes, and fills pl.
+ * Failures name the argument; nothing is communicated. */
+attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spec *spec,
+                                 attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                                 const attn_tensor *q, const attn_tensor *k,
+                                 const attn_tensor *v);
+void attn__ring_plan_free(ring_plan *pl);
+
+/* Pre-flight over the CP group, before any exchange: every rank contributes the problem's
+ * fingerprint and whether its own checks (local) passed. Returns ATTN_OK only when every
+ * rank agrees and every rank's checks passed; otherwise every rank fails (MISMATCH when
+ * ranks differ, the rank's own error when all failed alike). */
+attn_status attn__ring_agree(attn_group_t grp, ring_op op, const attn_spec *spec,
+                             attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                             const attn_tensor *q, attn_status local);
+
+/* End of a ring call: every rank learns whether any rank failed (extra: floats summed
+ * along with the flag, e.g. dsinks; may be NULL). */
+attn_status attn__ring_finish(const ring_plan *pl, attn_status local, float *extra, int64_t n);
+
+/* One INFO line summing the step record of the call just made. */
+void attn__ring_log(attn_group_t grp, const char *what);
+
+/* ---- the schedule ------------------------------------------------------------------- */
+static inline int ring_mod(int64_t a, int P) { return (int)(((a % P) + P) % P); }
+static inline int64_t ring_span_len(ring_span s) { return s.hi > s.lo ? s.hi - s.lo : 0; }
+int64_t attn__ring_rows_count(const ring_rows *rows);
+
+/* Hull of the keys in k that some query in q may see (causal, window, varlen); a superset
+ * of the visible keys, empty ({0, 0}) when none is visible. Block masks are left to the
+ * kernels. */
+ring_span attn__ring_visible(const ring_plan *pl, ring_span q, ring_span k);
+/* Hull of the queries in q that may see some key in k (same rules). */
+ring_span attn__ring_visible_q(const ring_plan *pl, ring_span q, ring_span k);
+/* Rows of block y that cp rank x's queries need. */
+void attn__ring_need(const ring_plan *pl, int x, int y, ring_rows *out);
+/* Hull over steps t in [t0, t1] of the rows of block y needed by rank (y + t) mod P —
+ * what block y must still carry at step t0 (t1 = P-1), or the rows whose gradients ranks
+ * y+1..y+t1 have touched (t0 = 1). Empty when t0 > t1. */
+void attn__ring_need_hull(const ring_plan *pl, int y, int t0, int t1, ring_rows *out);
+/* The full shard of block y. */
+void attn__ring_shard_rows(const ring_plan *pl, int y, ring_rows *out);
+
+/* ---- K/V block views -------------------------------------------------------------- */
+/* Element (b, row, h, d) of K at k[b*ksb + row*kss + h*ksh + d] (V likewise). The same
+ * view holds dK/dV accumulators in the backward. */
+typedef struct {
+  float *k, *v;
+  int64_t ksb, kss, ksh, vsb, vss, vsh;
+  ring_rows rows;  /* global rows present, per run */
+  int64_t row0[2]; /* view row holding rows.run[j].lo */
+} ring_kv;
+
+/* Bytes of a packed block holding rows: K [B, n, Hkv, Dqk] then V [B, n, Hkv, Dv]. */
+int64_t attn__ring_kv_bytes(const ring_plan *pl, const ring_rows *rows);
+/* A view of a packed buffer holding rows (run 0's rows first). */
+void attn__ring_kv_packed(const ring_plan *pl, float *buf, const ring_rows *rows, ring_kv *out);
+/* A view of this rank's own K/V shard (or dK/dV outputs) as the caller laid it out. */
+void attn__ring_kv_local(const ring_plan *pl, const attn_tensor *k, const attn_tensor *v,
+                         ring_kv *out);
+/* A [B, rows, Hkv, D] tensor of K (which = 0) or V (1) over rows sp of run j. */
+attn_tensor attn__ring_kv_tensor(const ring_plan *pl, const ring_kv *kv, int which, int j,
+                                 ring_span sp);
+/* Copies rows (a subset of src's) into dst, packed. */
+void attn__ring_kv_pack(const ring_plan *pl, const ring_kv *src, const ring_rows *rows,
+                        float *dst);
+/* dst += src over src's rows (a subset of dst's). */
+void attn__ring_kv_add(const ring_plan *pl, const ring_kv *dst, const ring_kv *src);
+/* Zeroes every present row of kv. */
+void attn__ring_kv_zero(const ring_plan *pl, const ring_kv *kv);
+
+/* Rows [s0, s0 + n) of a [B, S, H, D] tensor. */
+attn_tensor attn__ring_rows_of(const attn_tensor *t, int64_t s0, int64_t n);
+/* Zeroes a [B, S, H, D] float32 tensor through its strides. */
+void attn__ring_zero_tensor(const attn_tensor *t);
+/* Offset of run j within the local rows of shard sh. */
+static inline int64_t ring_run_off(const attn_cp_shard *sh, int j) { return j ? sh->len[0] : 0; }
+double attn__ring_now(void);
+
+#endif
