@@ -295,7 +295,7 @@ ATTN_API attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec,
 
 /* What the last ring call did, step by step (step 0 = the local block). */
 typedef struct {
-  double compute_s; /* kernel time */
+  double compute_s; /* kernel time, plus packing blocks and adding received partials */
   double wait_s;    /* time blocked waiting for the exchange (exposed communication) */
   int64_t bytes;    /* bytes this rank sent in the step */
   int32_t computed; /* 0 when the mask excluded the whole block */
