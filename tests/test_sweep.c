@@ -15,11 +15,13 @@ static void run(tc_case c) {
   tc_run(ctx, &c);
 }
 
-/* Awkward lengths around the 64-row tiles, Sq != Skv both ways, B > 1, GQA/MQA, odd heads. */
+/* Awkward lengths around the tiles (64 and 128 rows), Sq != Skv both ways, B > 1, GQA/MQA,
+ * odd heads. */
 static void sweep_shapes(void) {
   static const int64_t sizes[][2] = {{1, 1},     {63, 63},   {64, 64},   {65, 65},
                                      {127, 129}, {129, 127}, {113, 203}, {203, 113},
-                                     {239, 1},   {1, 239},   {2, 130},   {130, 2}};
+                                     {239, 1},   {1, 239},   {2, 130},   {130, 2},
+                                     {128, 128}, {257, 255}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     for (int causal = 0; causal < 2; causal++) {
       tc_case c = {.name = "shape", .B = 2, .Sq = sizes[i][0], .Skv = sizes[i][1], .Hq = 3,
@@ -66,12 +68,19 @@ static void sweep_dims(void) {
                 .scale = 0.3f, .amp = 2.0, .bwd = 1});
 }
 
-/* All 128 combinations of causal, window, softcap, sinks, alibi, varlen, block mask. */
-static void sweep_flags(void) {
-  static const int32_t lq[] = {40, 1, 72}, lkv[] = {70, 33, 100};
+/* All 128 combinations of causal, window, softcap, sinks, alibi, varlen, block mask, on
+ * two shapes: Sq < Skv with MQA and Dqk != Dv, and Sq > Skv with B = 2 (1 with varlen),
+ * GQA and the 128/64 dims. */
+typedef struct {
+  int64_t B, Sq, Skv;
+  int Hq, Hkv, Dqk, Dv;
+  int32_t lq[3], lkv[3]; /* varlen split of Sq / Skv */
+} flag_shape;
+
+static void sweep_flags_on(const flag_shape *fs) {
   for (int m = 0; m < 128; m++) {
-    tc_case c = {.name = "flags", .B = 1, .Sq = 113, .Skv = 203, .Hq = 3, .Hkv = 1,
-                 .Dqk = 32, .Dv = 24, .bwd = 1, .bhsd = (m >> 1) & 1};
+    tc_case c = {.name = "flags", .B = fs->B, .Sq = fs->Sq, .Skv = fs->Skv, .Hq = fs->Hq,
+                 .Hkv = fs->Hkv, .Dqk = fs->Dqk, .Dv = fs->Dv, .bwd = 1, .bhsd = (m >> 1) & 1};
     c.causal = m & 1;
     if (m & 2) {
       c.window = 1;
@@ -81,10 +90,17 @@ static void sweep_flags(void) {
     if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
     c.sinks = (m >> 3) & 1;
     c.alibi = (m >> 4) & 1;
-    if (m & 32) c.nseq = 3, c.lq = lq, c.lkv = lkv;
+    if (m & 32) c.nseq = 3, c.lq = fs->lq, c.lkv = fs->lkv;
     if (m & 64) c.bq = 32, c.bk = 48;
     run(c);
   }
+}
+
+static void sweep_flags(void) {
+  static const flag_shape shapes[] = {
+      {1, 113, 203, 3, 1, 32, 24, {40, 1, 72}, {70, 33, 100}},
+      {2, 203, 113, 4, 2, 128, 64, {100, 3, 100}, {50, 60, 3}}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) sweep_flags_on(&shapes[i]);
 }
 
 /* Block masks: tile-aligned, unaligned, larger than the tile, short (blocks past the end
