@@ -51,20 +51,14 @@ static void pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
     const qtile *qt = &jb->tiles[t];
     float *qd = w->qt + t * pb->Dqk * CPU_BR, *od = w->dot + t * pb->Dv * CPU_BR;
     float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
-    memset(qd, 0, (size_t)pb->Dqk * CPU_BR * sizeof(float));
-    memset(od, 0, (size_t)pb->Dv * CPU_BR * sizeof(float));
-    for (int i = 0; i < CPU_BR; i++) {
-      l2[i] = INFINITY;
-      dl[i] = 0.0f;
-    }
+    const float *q = pb->q.p + b * pb->q.sb + qt->r0 * pb->q.ss + h * pb->q.sh;
+    const float *d = jb->dout.p + b * jb->dout.sb + qt->r0 * jb->dout.ss + h * jb->dout.sh;
+    jb->ops->pack_t(qd, q, pb->q.ss, qt->rows, (int)pb->Dqk, qs);
+    jb->ops->pack_t(od, d, jb->dout.ss, qt->rows, (int)pb->Dv, 1.0f);
     int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
-    for (int i = 0; i < qt->rows; i++) {
-      const float *q = pb->q.p + b * pb->q.sb + (qt->r0 + i) * pb->q.ss + h * pb->q.sh;
-      const float *d = jb->dout.p + b * jb->dout.sb + (qt->r0 + i) * jb->dout.ss + h * jb->dout.sh;
-      for (int64_t k = 0; k < pb->Dqk; k++) qd[k * CPU_BR + i] = q[k] * qs;
-      for (int64_t k = 0; k < pb->Dv; k++) od[k * CPU_BR + i] = d[k];
-      l2[i] = jb->lse[row + i] * CPU_LOG2E;
-      dl[i] = jb->delta[row + i];
+    for (int i = 0; i < CPU_BR; i++) {
+      l2[i] = i < qt->rows ? jb->lse[row + i] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
+      dl[i] = i < qt->rows ? jb->delta[row + i] : 0.0f;
     }
   }
 }

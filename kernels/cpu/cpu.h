@@ -43,6 +43,12 @@ typedef struct {
   /* Backward: dP^T → dS^T in place: factor * P*(dP - delta) * (1 - T^2 if T); 0 where P = 0. */
   void (*dscores)(float *dP, const float *P, const float *T, int nj, const float *delta,
                   float factor);
+  /* Rows to lanes: dst [D][CPU_BR] with dst[d][i] = src[i*ss + d] * scale for i < rows,
+   * and 0 in lanes rows..CPU_BR-1. */
+  void (*pack_t)(float *dst, const float *src, int64_t ss, int rows, int D, float scale);
+  /* Lanes to rows: dst[i*ds + d] = src[d*CPU_BR + i] * (scale ? scale[i] : 1), i < rows. */
+  void (*unpack_t)(float *dst, int64_t ds, const float *src, int rows, int D,
+                   const float *scale);
 } cpu_tile_ops;
 
 extern const cpu_tile_ops attn__cpu_ops_scalar;

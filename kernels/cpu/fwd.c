@@ -34,20 +34,7 @@ static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
   const float *q = pb->q.p + it->b * pb->q.sb + it->r0 * pb->q.ss + it->h * pb->q.sh;
-  memset(w->qt, 0, (size_t)pb->Dqk * CPU_BR * sizeof(float));
-  for (int i0 = 0; i0 < it->rows; i0 += 16) { /* 16 rows at a time: one line of qt per d */
-    int n = it->rows - i0 < 16 ? it->rows - i0 : 16;
-    for (int64_t d = 0; d < pb->Dqk; d++)
-      for (int i = i0; i < i0 + n; i++) w->qt[d * CPU_BR + i] = q[i * pb->q.ss + d] * qs;
-  }
-}
-
-/* Asks for the next key tile's rows (short strided runs the hardware prefetcher misses)
- * to be brought towards L2 while this tile computes. */
-static void prefetch_rows(const float *p, int64_t stride, int64_t d, int64_t left) {
-  int64_t n = left < CPU_BC ? left : CPU_BC;
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t x = 0; x < d; x += 16) __builtin_prefetch(p + j * stride + x, 0, 2);
+  jb->ops->pack_t(w->qt, q, pb->q.ss, it->rows, (int)pb->Dqk, qs);
 }
 
 /* Folds the visible key tiles of the item into w's state. */
@@ -66,8 +53,6 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
     int nj = (int)(cb - ca);
     if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
-    prefetch_rows(kbase + cb * pb->k.ss, pb->k.ss, pb->Dqk, kc1 - cb);
-    prefetch_rows(vbase + cb * pb->v.ss, pb->v.ss, pb->Dv, kc1 - cb);
     jb->ops->gemm(w->s, CPU_BR, kbase + ca * pb->k.ss, 1, pb->k.ss, w->qt, CPU_BR, nj, CPU_BR,
                   (int)pb->Dqk, NULL, CPU_GEMM_SET, 0);
     jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
@@ -107,34 +92,30 @@ static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, at
     if (lse) lse[(it->b * pb->Hq + it->h) * lse_rows + pb->q_row0 + it->r0 + i] = lse2 / CPU_LOG2E;
   }
   float *o0 = o.p + it->b * o.sb + it->r0 * o.ss + it->h * o.sh; /* row i at o0 + i*o.ss */
-  for (int i0 = 0; i0 < it->rows; i0 += 16) {
-    int n = it->rows - i0 < 16 ? it->rows - i0 : 16;
-    for (int64_t d = 0; d < pb->Dv; d++)
-      for (int i = i0; i < i0 + n; i++) o0[i * o.ss + d] = w->ot[d * CPU_BR + i] * inv[i];
-  }
+  jb->ops->unpack_t(o0, o.ss, w->ot, it->rows, (int)pb->Dv, inv);
 }
 
-static void state_load(const attn__problem *pb, const fwd_item *it, const attn_state *st,
+static void state_load(const fwd_job *jb, const fwd_item *it, const attn_state *st,
                        fwd_work *w) {
+  const attn__problem *pb = jb->pb;
   state_zero(pb, w);
   int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
   for (int i = 0; i < it->rows; i++) {
     w->m[i] = st->m[row + i] * CPU_LOG2E;
     w->l[i] = st->l[row + i];
-    const float *acc = st->acc + (row + i) * pb->Dv; /* [Dv] */
-    for (int64_t d = 0; d < pb->Dv; d++) w->ot[d * CPU_BR + i] = acc[d];
   }
+  jb->ops->pack_t(w->ot, st->acc + row * pb->Dv, pb->Dv, it->rows, (int)pb->Dv, 1.0f);
 }
 
-static void state_store(const attn__problem *pb, const fwd_item *it, attn_state *st,
+static void state_store(const fwd_job *jb, const fwd_item *it, attn_state *st,
                         const fwd_work *w) {
+  const attn__problem *pb = jb->pb;
   int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
   for (int i = 0; i < it->rows; i++) {
     st->m[row + i] = w->m[i] / CPU_LOG2E;
     st->l[row + i] = w->l[i];
-    float *acc = st->acc + (row + i) * pb->Dv; /* [Dv] */
-    for (int64_t d = 0; d < pb->Dv; d++) acc[d] = w->ot[d * CPU_BR + i];
   }
+  jb->ops->unpack_t(st->acc + row * pb->Dv, pb->Dv, w->ot, it->rows, (int)pb->Dv, NULL);
 }
 
 static fwd_work *work_alloc(const attn__problem *pb) {
@@ -208,11 +189,11 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
       for (int64_t n = 0; n < nitems; n++) {
         if (!w) continue;
         const fwd_item *it = &items[n];
-        if (st) state_load(pb, it, st, w);
+        if (st) state_load(&jb, it, st, w);
         else state_zero(pb, w);
         pack_qt(&jb, it, w);
         run_tiles(&jb, it, w);
-        if (st) state_store(pb, it, st, w);
+        if (st) state_store(&jb, it, st, w);
         else finalize_rows(&jb, it, w, o, lse, lse_rows);
       }
       work_free(w);

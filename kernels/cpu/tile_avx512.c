@@ -215,7 +215,73 @@ static void dscores_avx512(float *dP, const float *P, const float *T, int nj,
     }
 }
 
-static const cpu_tile_ops ops_avx512 = {"cpu-avx512", gemm_avx512, softmax_fwd_avx512,
-                                        probs_bwd_avx512, dscores_avx512};
+/* ---- 16 x 16 transposes ---------------------------------------------------------------
+ * In: r[i][j]; out: r[j][i]. unpack pairs rows, shuffle_ps forms 4x4 blocks in each
+ * 128-bit lane (u[4g+c] lane L = column 4L+c of rows 4g..4g+3), then two rounds of
+ * shuffle_f32x4 gather lane L of u[c], u[4+c], u[8+c], u[12+c]. */
+static inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(x0, y0, 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+  }
+}
+
+static inline __mmask16 first_n(int n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+
+static void pack_t_avx512(float *dst, const float *src, int64_t ss, int rows, int D,
+                          float scale) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int i0 = 0; i0 < CPU_BR; i0 += 16)
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __mmask16 dm = first_n(D - d0);
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i0 + i < rows
+                   ? _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, src + (i0 + i) * ss + d0), sc)
+                   : _mm512_setzero_ps();
+      transpose16(r);
+      for (int d = 0; d < 16 && d0 + d < D; d++) _mm512_storeu_ps(dst + (d0 + d) * CPU_BR + i0, r[d]);
+    }
+}
+
+static void unpack_t_avx512(float *dst, int64_t ds, const float *src, int rows, int D,
+                            const float *scale) {
+  for (int i0 = 0; i0 < rows; i0 += 16) {
+    const __m512 sc = scale ? _mm512_loadu_ps(scale + i0) : _mm512_set1_ps(1.0f);
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __mmask16 dm = first_n(D - d0);
+      __m512 r[16];
+      for (int d = 0; d < 16; d++)
+        r[d] = d0 + d < D ? _mm512_mul_ps(_mm512_loadu_ps(src + (d0 + d) * CPU_BR + i0), sc)
+                          : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 16 && i0 + i < rows; i++)
+        _mm512_mask_storeu_ps(dst + (i0 + i) * ds + d0, dm, r[i]);
+    }
+  }
+}
+
+static const cpu_tile_ops ops_avx512 = {"cpu-avx512",     gemm_avx512,    softmax_fwd_avx512,
+                                        probs_bwd_avx512, dscores_avx512, pack_t_avx512,
+                                        unpack_t_avx512};
 
 const cpu_tile_ops *attn__cpu_ops_avx512(void) { return &ops_avx512; }

@@ -79,5 +79,23 @@ static void dscores_scalar(float *dP, const float *P, const float *T, int nj,
     }
 }
 
-const cpu_tile_ops attn__cpu_ops_scalar = {"cpu-scalar", gemm_scalar, softmax_fwd_scalar,
-                                           probs_bwd_scalar, dscores_scalar};
+/* 16 rows at a time so each d touches one line of dst and 16 cached source rows. */
+static void pack_t_scalar(float *dst, const float *src, int64_t ss, int rows, int D,
+                          float scale) {
+  for (int i0 = 0; i0 < CPU_BR; i0 += 16)
+    for (int d = 0; d < D; d++)
+      for (int i = i0; i < i0 + 16; i++)
+        dst[d * CPU_BR + i] = i < rows ? src[i * ss + d] * scale : 0.0f;
+}
+
+static void unpack_t_scalar(float *dst, int64_t ds, const float *src, int rows, int D,
+                            const float *scale) {
+  for (int i0 = 0; i0 < rows; i0 += 16)
+    for (int d = 0; d < D; d++)
+      for (int i = i0; i < i0 + 16 && i < rows; i++)
+        dst[i * ds + d] = src[d * CPU_BR + i] * (scale ? scale[i] : 1.0f);
+}
+
+const cpu_tile_ops attn__cpu_ops_scalar = {"cpu-scalar",    gemm_scalar,    softmax_fwd_scalar,
+                                           probs_bwd_scalar, dscores_scalar, pack_t_scalar,
+                                           unpack_t_scalar};
