@@ -118,26 +118,29 @@ static void state_store(const fwd_job *jb, const fwd_item *it, attn_state *st,
   jb->ops->unpack_t(st->acc + row * pb->Dv, pb->Dv, w->ot, it->rows, (int)pb->Dv, NULL);
 }
 
-static fwd_work *work_alloc(const attn__problem *pb) {
-  fwd_work *w = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
-  if (!w) return NULL;
+/* The forward's tile workspace is kept per thread between calls (a few hundred KB that
+ * would otherwise be fresh, page-faulting memory on every call). */
+static _Thread_local fwd_work *cached_work;
+static _Thread_local size_t cached_floats;
+
+static fwd_work *work_get(const attn__problem *pb) {
   size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
-  size_t bytes = (qt + (size_t)CPU_BC * CPU_BR + ot) * sizeof(float);
-  float *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!buf) {
-    free(w);
-    return NULL;
+  size_t floats = qt + (size_t)CPU_BC * CPU_BR + ot;
+  if (!cached_work) {
+    cached_work = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
+    if (!cached_work) return NULL;
+    cached_work->qt = NULL;
   }
-  w->qt = buf;
-  w->s = buf + qt;
+  if (floats > cached_floats) {
+    free(cached_work->qt);
+    cached_work->qt = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    cached_floats = cached_work->qt ? floats : 0;
+    if (!cached_work->qt) return NULL;
+  }
+  fwd_work *w = cached_work;
+  w->s = w->qt + qt;
   w->ot = w->s + (size_t)CPU_BC * CPU_BR;
   return w;
-}
-
-static void work_free(fwd_work *w) {
-  if (!w) return;
-  free(w->qt);
-  free(w);
 }
 
 /* Items: (b, h, segment, query tile), heaviest (most keys) first for dynamic balance. */
@@ -180,7 +183,7 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   if (status == ATTN_OK) {
 #pragma omp parallel num_threads(be->threads)
     {
-      fwd_work *w = work_alloc(pb);
+      fwd_work *w = work_get(pb);
       if (!w) {
 #pragma omp atomic write
         failed = 1;
@@ -196,7 +199,6 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
         if (st) state_store(&jb, it, st, w);
         else finalize_rows(&jb, it, w, o, lse, lse_rows);
       }
-      work_free(w);
     }
     if (failed) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "per-thread tile workspace allocation failed");
   }
