@@ -170,6 +170,28 @@ static int set_json(run_args *a, const char *v, char *err, size_t errlen) {
   return 0;
 }
 
+static int set_mode(run_args *a, const char *v, char *err, size_t errlen) {
+  if (!strcmp(v, "auto"))
+    a->mode = MODE_AUTO;
+  else if (!strcmp(v, "tp"))
+    a->mode = MODE_TP;
+  else if (!strcmp(v, "ring"))
+    a->mode = MODE_RING;
+  else
+    return set_err(err, errlen, "--mode '%s': expected tp, ring or auto", v);
+  return 0;
+}
+
+static int set_layout(run_args *a, const char *v, char *err, size_t errlen) {
+  if (!strcmp(v, "contiguous"))
+    a->layout = ATTN_LAYOUT_CONTIGUOUS;
+  else if (!strcmp(v, "zigzag"))
+    a->layout = ATTN_LAYOUT_ZIGZAG;
+  else
+    return set_err(err, errlen, "--layout '%s': expected contiguous or zigzag", v);
+  return 0;
+}
+
 #define F(name, kind, field, given)                                                                \
   { name, kind, offsetof(run_args, field), given, NULL }
 #define S(name, fn, given)                                                                         \
@@ -192,8 +214,8 @@ static const flag_def flags[] = {
     S("--sparse", set_sparse, GIVEN_MASK),
     F("--bwd", K_BOOL, bwd, 0),
     F("--threads", K_INT, threads, 0),
-    F("--iters", K_INT, iters, 0),
-    F("--warmup", K_INT, warmup, 0),
+    F("--iters", K_INT, iters, GIVEN_ITERS),
+    F("--warmup", K_INT, warmup, GIVEN_WARMUP),
     S("--seed", set_seed, 0),
     F("--check", K_SIZE, check_rows, 0),
     S("--load", set_load, 0),
@@ -201,6 +223,14 @@ static const flag_def flags[] = {
     S("--json", set_json, 0),
     S("--backend", set_backend, 0),
     F("--scalar", K_BOOL, scalar, 0),
+    S("--mode", set_mode, 0),
+    F("--tp", K_INT, tp, GIVEN_TP),
+    F("--cp", K_INT, cp, GIVEN_CP),
+    S("--layout", set_layout, GIVEN_LAYOUT),
+    F("--d-model", K_SIZE, d_model, 0),
+    F("--timeout", K_FLOAT, timeout_s, 0),
+    F("--force", K_BOOL, force, 0),
+    F("--no-bind", K_BOOL, no_bind, 0),
 };
 #undef F
 #undef S
@@ -249,6 +279,8 @@ static void set_defaults(run_args *a) {
   a->seed = 1;
   a->sparse_block = 64;
   a->backend = ATTN_BACKEND_AUTO;
+  a->mode = MODE_AUTO;
+  a->layout = ATTN_LAYOUT_ZIGZAG;
 }
 
 /* One argv entry (and maybe the next one, its value). Returns args consumed or -1. */
@@ -324,11 +356,27 @@ static int check_run(const run_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* Distribution flags that do not depend on the rank count (grid.c checks the rest). */
+static int check_dist(const run_args *a, char *err, size_t errlen) {
+  if (((a->given & GIVEN_TP) && a->tp < 1) || ((a->given & GIVEN_CP) && a->cp < 1))
+    return set_err(err, errlen, "--tp and --cp must be at least 1");
+  if (a->timeout_s < 0)
+    return set_err(err, errlen, "--timeout %g: must be > 0 seconds (0: ATTN_TIMEOUT or 300)",
+                   a->timeout_s);
+  if (a->d_model && (a->given & GIVEN_SEQ_KV) && a->seq_kv != a->seq_q)
+    return set_err(err, errlen, "--d-model runs self-attention: --seq-kv must equal --seq");
+  if (a->d_model && a->load_dir)
+    return set_err(err, errlen,
+                   "--d-model runs the layer on generated x and weights; it conflicts with --load");
+  return 0;
+}
+
 static int validate(run_args *a, char *err, size_t errlen) {
   if (!a->heads_kv) a->heads_kv = a->heads_q;
   if (!a->head_dim_v) a->head_dim_v = a->head_dim_qk;
   if (!(a->given & GIVEN_SEQ_KV)) a->seq_kv = a->seq_q;
-  if (check_shape(a, err, errlen) || check_run(a, err, errlen)) return -1;
+  if (check_shape(a, err, errlen) || check_run(a, err, errlen) || check_dist(a, err, errlen))
+    return -1;
   if (a->varlen_count && check_varlen(a, err, errlen)) return -1;
   a->default_problem = !(a->given & (GIVEN_SHAPE | GIVEN_MASK)) && !a->load_dir;
   if (a->default_problem) a->causal = 1;
@@ -378,22 +426,48 @@ void args_usage(FILE *out, const char *prog) {
       "                     e.g. local=2,stride=4,global=1,random=1,block=64\n"
       "run\n"
       "  --bwd              also run and time the backward pass\n"
-      "  --iters N          timed iterations, median reported (default 5)\n"
-      "  --warmup N         untimed iterations first (default 1)\n"
-      "  --threads N        CPU threads (default: OpenMP default)\n"
+      "  --iters N          timed iterations, median reported (default 5; 1 when the estimate\n"
+      "                     says one call takes more than 5 s)\n"
+      "  --warmup N         untimed iterations first (default 1; 0 when a call takes > 5 s)\n"
+      "  --threads N        CPU threads per rank (default: the rank's share of its host's cores)\n"
       "  --seed N           input seed (default 1)\n"
-      "  --check N          compare N sampled query rows (and with --bwd N key rows) with the\n"
-      "                     float64 oracle; exit 3 if any element is wrong\n"
+      "  --check N          compare N sampled query rows per rank (and with --bwd N key rows)\n"
+      "                     with the float64 oracle over the full sequence; exit 3 if any\n"
+      "                     element is wrong (--d-model: rows of y and dx)\n"
       "  --backend B        cpu | auto | cuda (default auto)\n"
       "  --scalar           force the portable scalar CPU kernels\n"
+      "  --force            run even when the estimate says it takes more than an hour, or\n"
+      "                     more memory than the host has (refused otherwise, exit 2)\n"
+      "distribution (mpirun -np P attnrun ...; tp x cp must equal P)\n"
+      "  --mode M           tp | ring | auto (default auto: one rank runs plain attention;\n"
+      "                     more ranks get a grid chosen from the problem, and a line says why)\n"
+      "  --tp N             tensor-parallel ranks: each holds Hq/N query heads (default: P for\n"
+      "                     --mode tp, 1 for --mode ring, P/cp when --cp is given)\n"
+      "  --cp N             context-parallel ranks: the sequence is cut over a ring of N ranks\n"
+      "                     (default: P for --mode ring, 1 for --mode tp, P/tp when --tp is given)\n"
+      "  --layout L         contiguous | zigzag: how the ring cuts the sequence (default zigzag\n"
+      "                     when causal, unless a window shorter than a chunk balances the\n"
+      "                     contiguous cut; contiguous otherwise)\n"
+      "  --d-model N        run the full tensor-parallel layer (projections W_qkv, attention,\n"
+      "                     W_o, AllReduce) on generated x [B,S,N] and weights; without it the\n"
+      "                     ranks run attention only, on their heads and rows\n"
+      "  --timeout S        seconds any rank waits for a peer before the job is ended\n"
+      "                     (default: env ATTN_TIMEOUT, else 300)\n"
+      "  --no-bind          keep the launcher's CPU binding (default: ranks on a host split\n"
+      "                     its cores, and OpenMP threads follow the share)\n"
       "input / output\n"
       "  --load DIR         read q.npy k.npy v.npy [sinks.npy alibi.npy do.npy cu_seqlens_q.npy\n"
       "                     cu_seqlens_kv.npy] (float32/int32, C order); shapes from the files\n"
       "  --save DIR         write o.npy lse.npy [dq.npy dk.npy dv.npy dsinks.npy] and the inputs\n"
-      "  --json FILE        append one JSON record of the run\n"
+      "                     (always full arrays: under mpirun each rank writes its part; with\n"
+      "                     --d-model: x.npy y.npy [dy.npy dx.npy]). DIR must be visible to\n"
+      "                     every rank\n"
+      "  --json FILE        append one JSON record of the run (with the per-rank split)\n"
       "  --help             this text\n"
       "\n"
-      "exit status: 0 ok, 1 error (library, files), 2 bad flags, 3 --check found wrong elements\n",
+      "exit status (the same on every rank): 0 ok, 1 error (library, files, a peer that\n"
+      "failed or stalled), 2 bad flags, an impossible grid or a refused estimate,\n"
+      "3 --check found wrong elements on some rank\n",
       prog);
 }
 
@@ -404,7 +478,9 @@ void args_usage_short(FILE *out, const char *prog) {
       "         [--head-dim-v N] [--causal] [--window L,R] [--softcap C] [--scale S] [--sinks]\n"
       "         [--alibi] [--varlen N|L1,L2,..] [--sparse SPEC] [--bwd] [--iters N] [--warmup N]\n"
       "         [--threads N] [--seed N] [--check N] [--backend cpu|auto|cuda] [--scalar]\n"
-      "         [--load DIR] [--save DIR] [--json FILE] [--help]\n"
+      "         [--load DIR] [--save DIR] [--json FILE] [--force] [--mode tp|ring|auto] [--tp N]\n"
+      "         [--cp N] [--layout contiguous|zigzag] [--d-model N] [--timeout S] [--no-bind]\n"
+      "         [--help]\n"
       "run '%s --help' for what each flag does\n",
       prog, prog);
 }

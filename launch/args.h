@@ -9,6 +9,8 @@
 
 #define ARGS_MAX_VARLEN 4096
 #define ARGS_MAX_ITERS 10000
+#define ARGS_REFUSE_S 3600.0 /* estimated runs longer than this need --force */
+#define ARGS_LONG_CALL_S 5.0 /* calls longer than this: default --iters 1 --warmup 0 */
 
 /* Which problem-defining flags were given (the default problem applies when none is). */
 enum {
@@ -16,7 +18,16 @@ enum {
   GIVEN_MASK = 1 << 1,   /* --causal --window --softcap --scale --sinks --alibi --varlen --sparse */
   GIVEN_SEQ = 1 << 2,    /* --seq */
   GIVEN_SEQ_KV = 1 << 3, /* --seq-kv */
+  GIVEN_TP = 1 << 4,     /* --tp */
+  GIVEN_CP = 1 << 5,     /* --cp */
+  GIVEN_LAYOUT = 1 << 6, /* --layout */
+  GIVEN_ITERS = 1 << 7,  /* --iters */
+  GIVEN_WARMUP = 1 << 8, /* --warmup */
 };
+
+/* How the ranks share the work (DESIGN.md §4). AUTO: one rank runs plain attention; more
+ * ranks get a tp x cp grid chosen from the problem (grid.c says why). */
+typedef enum { MODE_AUTO = 0, MODE_TP = 1, MODE_RING = 2 } run_mode;
 
 typedef struct {
   /* problem */
@@ -43,6 +54,14 @@ typedef struct {
   attn_backend backend;
   int scalar;
   const char *load_dir, *save_dir, *json_path;
+  /* distribution */
+  run_mode mode;
+  int32_t tp, cp;        /* 0: chosen from --mode and the rank count */
+  attn_cp_layout layout; /* valid when GIVEN_LAYOUT; else chosen by grid.c */
+  int64_t d_model;       /* > 0: the full tensor-parallel layer (attn_layer_*) */
+  float timeout_s;       /* library and launcher waits; 0: ATTN_TIMEOUT or 300 s */
+  int force;             /* run even when the estimate exceeds ARGS_REFUSE_S */
+  int no_bind;           /* keep the launcher's binding */
   unsigned given;      /* GIVEN_* bits */
   int default_problem; /* no problem flag given: the embedded default problem */
 } run_args;

@@ -1,6 +1,7 @@
 /* check.c — --check: compares sampled rows of this rank's outputs with the float64 oracle
  * (kernels/ref). The oracle reads inputs through problem_fetch, i.e. over the full
- * sequence, so a rank holding a shard can check its rows. An element is wrong when
+ * sequence (regenerating or reading rows it does not hold), so a rank holding a shard of
+ * rows and heads checks its rows; the oracle's row functions visit only visible keys. An element is wrong when
  * |out - ref| > tol * max|ref| (max over the sampled elements of that tensor). */
 #include "check.h"
 
@@ -15,11 +16,9 @@
 
 #define DSINKS_MAX_COST 268435456.0 /* B*Hq*Sq*Skv*(Dqk+Dv): dsinks needs every row */
 
-const char *const check_tensor_name[CK_COUNT] = {"O", "LSE", "dQ", "dK", "dV", "dsinks"};
+const char *const check_tensor_name[CK_COUNT] = {"O", "LSE", "dQ", "dK", "dV", "dsinks", "y", "dx"};
 
-typedef struct {
-  int64_t b, s, h; /* s global */
-} row_id;
+typedef check_row row_id;
 
 static double wall_s(void) {
   struct timespec ts;
@@ -27,20 +26,23 @@ static double wall_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sample k of n over [B] x [row0, row0+rows) x [heads]; the first two are the corners. */
-static row_id sample_row(uint64_t seed, uint64_t stream_off, int64_t k, int64_t batch,
-                         int64_t heads, int64_t row0, int64_t rows) {
+/* Sample k over [B] x (the shard's rows) x [h0, h0 + hn); the first two are the corners.
+ * s and h are global. */
+check_row check_sample(uint64_t seed, uint64_t stream_off, int64_t k, int64_t batch,
+                       const attn_cp_shard *sh, int64_t h0, int64_t hn) {
   row_id r;
+  int64_t local;
   if (k == 0) {
-    r.b = 0, r.s = row0, r.h = 0;
+    r.b = 0, local = 0, r.h = h0;
   } else if (k == 1) {
-    r.b = batch - 1, r.s = row0 + rows - 1, r.h = heads - 1;
+    r.b = batch - 1, local = sh->rows - 1, r.h = h0 + hn - 1;
   } else {
     uint64_t idx = stream_off + 3 * (uint64_t)k;
     r.b = (int64_t)(rng_bits(seed, RNG_CHECK, idx) % (uint64_t)batch);
-    r.s = row0 + (int64_t)(rng_bits(seed, RNG_CHECK, idx + 1) % (uint64_t)rows);
-    r.h = (int64_t)(rng_bits(seed, RNG_CHECK, idx + 2) % (uint64_t)heads);
+    local = (int64_t)(rng_bits(seed, RNG_CHECK, idx + 1) % (uint64_t)sh->rows);
+    r.h = h0 + (int64_t)(rng_bits(seed, RNG_CHECK, idx + 2) % (uint64_t)hn);
   }
+  r.s = problem_global_row(sh, local);
   return r;
 }
 
@@ -51,8 +53,8 @@ static double elem_err(float got, double ref) {
 }
 
 /* Fills t from got/ref (n rows of dim elements, rows described by ids). */
-static void compare(check_tensor *t, const char *name, const float *got, const double *ref,
-                    int64_t n, int64_t dim, const row_id *ids, double tol) {
+void check_compare(check_tensor *t, const char *name, const float *got, const double *ref,
+                   int64_t n, int64_t dim, const check_row *ids, double tol) {
   t->used = 1;
   t->tol = tol;
   t->count = n * dim;
@@ -79,15 +81,23 @@ typedef struct {
   const problem *p;
   const run_result *r;
   attn_ref_problem rp;
-  int64_t hq, hkv, dqk, dv;
+  int64_t dqk, dv;
 } check_ctx;
 
+/* Offsets of a sampled row in this rank's [B, rows, heads, dim] buffers. */
 static int64_t q_index(const check_ctx *c, row_id id, int64_t dim) {
-  return ((id.b * c->p->q_rows + (id.s - c->p->q_row0)) * c->hq + id.h) * dim;
+  const problem *p = c->p;
+  return ((id.b * p->q_rows + problem_local_row(&p->qsh, id.s)) * p->hq + (id.h - p->hq0)) * dim;
 }
 
 static int64_t k_index(const check_ctx *c, row_id id, int64_t dim) {
-  return ((id.b * c->p->kv_rows + (id.s - c->p->kv_row0)) * c->hkv + id.h) * dim;
+  const problem *p = c->p;
+  return ((id.b * p->kv_rows + problem_local_row(&p->ksh, id.s)) * p->hk + (id.h - p->hk0)) * dim;
+}
+
+static int64_t lse_index(const check_ctx *c, row_id id) {
+  const problem *p = c->p;
+  return (id.b * p->hq + (id.h - p->hq0)) * p->q_rows + problem_local_row(&p->qsh, id.s);
 }
 
 static void check_query_rows(check_ctx *c, int64_t n, check_report *out) {
@@ -102,20 +112,20 @@ static void check_query_rows(check_ctx *c, int64_t n, check_report *out) {
   double *r_dq = bwd ? malloc((size_t)(n * c->dqk) * sizeof(double)) : NULL;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t k = 0; k < n; k++) {
-    row_id id = sample_row(p->seed, 0, k, p->batch, c->hq, p->q_row0, p->q_rows);
+    row_id id = check_sample(p->seed, 0, k, p->batch, &p->qsh, p->hq0, p->hq);
     ids[k] = id;
     attn_ref_fwd_row(&c->rp, id.b, id.h, id.s, r_o + k * c->dv, r_l + k);
     memcpy(g_o + k * c->dv, c->r->o + q_index(c, id, c->dv), (size_t)c->dv * sizeof(float));
-    g_l[k] = c->r->lse[(id.b * c->hq + id.h) * p->q_rows + (id.s - p->q_row0)];
+    g_l[k] = c->r->lse[lse_index(c, id)];
     if (bwd) {
       double delta, dsink;
       attn_ref_bwd_qrow(&c->rp, id.b, id.h, id.s, r_dq + k * c->dqk, &delta, &dsink);
       memcpy(g_dq + k * c->dqk, c->r->dq + q_index(c, id, c->dqk), (size_t)c->dqk * sizeof(float));
     }
   }
-  compare(&out->t[CK_O], "O", g_o, r_o, n, c->dv, ids, CHECK_TOL_FWD);
-  compare(&out->t[CK_LSE], "LSE", g_l, r_l, n, 1, ids, CHECK_TOL_FWD);
-  if (bwd) compare(&out->t[CK_DQ], "dQ", g_dq, r_dq, n, c->dqk, ids, CHECK_TOL_BWD);
+  check_compare(&out->t[CK_O], "O", g_o, r_o, n, c->dv, ids, CHECK_TOL_FWD);
+  check_compare(&out->t[CK_LSE], "LSE", g_l, r_l, n, 1, ids, CHECK_TOL_FWD);
+  if (bwd) check_compare(&out->t[CK_DQ], "dQ", g_dq, r_dq, n, c->dqk, ids, CHECK_TOL_BWD);
   free(ids), free(g_o), free(g_l), free(r_o), free(r_l), free(g_dq), free(r_dq);
 }
 
@@ -128,44 +138,45 @@ static void check_key_rows(check_ctx *c, int64_t n, check_report *out) {
          *r_dv = malloc((size_t)(n * c->dv) * sizeof(double));
 #pragma omp parallel for schedule(dynamic)
   for (int64_t k = 0; k < n; k++) {
-    row_id id = sample_row(p->seed, 1ULL << 40, k, p->batch, c->hkv, p->kv_row0, p->kv_rows);
+    row_id id = check_sample(p->seed, 1ULL << 40, k, p->batch, &p->ksh, p->hk0, p->hk);
     ids[k] = id;
     attn_ref_bwd_krow(&c->rp, id.b, id.h, id.s, r_dk + k * c->dqk, r_dv + k * c->dv);
     memcpy(g_dk + k * c->dqk, c->r->dk + k_index(c, id, c->dqk), (size_t)c->dqk * sizeof(float));
     memcpy(g_dv + k * c->dv, c->r->dv + k_index(c, id, c->dv), (size_t)c->dv * sizeof(float));
   }
-  compare(&out->t[CK_DK], "dK", g_dk, r_dk, n, c->dqk, ids, CHECK_TOL_BWD);
-  compare(&out->t[CK_DV], "dV", g_dv, r_dv, n, c->dv, ids, CHECK_TOL_BWD);
+  check_compare(&out->t[CK_DK], "dK", g_dk, r_dk, n, c->dqk, ids, CHECK_TOL_BWD);
+  check_compare(&out->t[CK_DV], "dV", g_dv, r_dv, n, c->dv, ids, CHECK_TOL_BWD);
   free(ids), free(g_dk), free(g_dv), free(r_dk), free(r_dv);
 }
 
 /* dsinks[h] sums over every query row of head h: only on small problems. */
 static void check_dsinks(check_ctx *c, check_report *out) {
   const problem *p = c->p;
-  double cost = (double)p->batch * (double)c->hq * (double)p->seq_q * (double)p->seq_kv *
+  double cost = (double)p->batch * (double)p->hq * (double)p->seq_q * (double)p->seq_kv *
                 (double)(c->dqk + c->dv);
   if (cost > DSINKS_MAX_COST) {
     out->dsinks_skipped = 1;
     return;
   }
-  double *ref = calloc((size_t)c->hq, sizeof(double));
-  double *scratch = malloc((size_t)(c->hq * c->dqk) * sizeof(double));
-  row_id *ids = calloc((size_t)c->hq, sizeof *ids);
+  int64_t hn = p->hq; /* this rank's heads [hq0, hq0 + hq) */
+  double *ref = calloc((size_t)hn, sizeof(double));
+  double *scratch = malloc((size_t)(hn * c->dqk) * sizeof(double));
+  row_id *ids = calloc((size_t)hn, sizeof *ids);
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t h = 0; h < c->hq; h++) {
-    ids[h].h = h;
+  for (int64_t x = 0; x < hn; x++) {
+    ids[x].h = p->hq0 + x;
     for (int64_t b = 0; b < p->batch; b++)
       for (int64_t i = 0; i < p->seq_q; i++) {
         double delta, dsink;
-        attn_ref_bwd_qrow(&c->rp, b, h, i, scratch + h * c->dqk, &delta, &dsink);
-        ref[h] += dsink;
+        attn_ref_bwd_qrow(&c->rp, b, p->hq0 + x, i, scratch + x * c->dqk, &delta, &dsink);
+        ref[x] += dsink;
       }
   }
-  compare(&out->t[CK_DSINKS], "dsinks", c->r->dsinks, ref, c->hq, 1, ids, CHECK_TOL_BWD);
+  check_compare(&out->t[CK_DSINKS], "dsinks", c->r->dsinks, ref, hn, 1, ids, CHECK_TOL_BWD);
   free(ref), free(scratch), free(ids);
 }
 
-static void summarize(check_report *out) {
+void check_summarize(check_report *out) {
   for (int i = 0; i < CK_COUNT; i++) {
     const check_tensor *t = &out->t[i];
     if (!t->used) continue;
@@ -184,9 +195,8 @@ void check_run(const run_args *a, const problem *p, const run_result *r, check_r
   c.rp.batch = p->batch, c.rp.seq_q = p->seq_q, c.rp.seq_kv = p->seq_kv;
   c.rp.fetch = problem_fetch;
   c.rp.user = (void *)p;
-  c.hq = p->spec.num_heads_q, c.hkv = p->spec.num_heads_kv;
   c.dqk = p->spec.head_dim_qk, c.dv = p->spec.head_dim_v ? p->spec.head_dim_v : c.dqk;
-  int64_t nq_total = p->batch * p->q_rows * c.hq, nk_total = p->batch * p->kv_rows * c.hkv;
+  int64_t nq_total = p->batch * p->q_rows * p->hq, nk_total = p->batch * p->kv_rows * p->hk;
   out->q_rows = a->check_rows < nq_total ? a->check_rows : nq_total;
   check_query_rows(&c, out->q_rows, out);
   if (r->bwd.done) {
@@ -194,12 +204,40 @@ void check_run(const run_args *a, const problem *p, const run_result *r, check_r
     check_key_rows(&c, out->k_rows, out);
     if (p->spec.sinks && r->dsinks) check_dsinks(&c, out);
   }
-  summarize(out);
+  check_summarize(out);
   out->seconds = wall_s() - t0;
 }
 
-void check_selftest_perturb(run_result *r) {
-  float *first[] = {r->o, r->dq, r->dk, r->dv};
+static void merge_tensor(check_tensor *dst, const check_tensor *src) {
+  if (!src->used) return;
+  if (!dst->used || src->worst_err > dst->worst_err) {
+    dst->worst_err = src->worst_err;
+    memcpy(dst->worst, src->worst, sizeof dst->worst);
+  }
+  dst->used = 1;
+  dst->tol = src->tol;
+  dst->count += src->count;
+  dst->wrong += src->wrong;
+  if (src->max_abs_err > dst->max_abs_err) dst->max_abs_err = src->max_abs_err;
+  if (src->max_ref > dst->max_ref) dst->max_ref = src->max_ref;
+}
+
+void check_merge(const check_report *ranks, int n, check_report *out) {
+  memset(out, 0, sizeof *out);
+  for (int r = 0; r < n; r++) {
+    const check_report *c = &ranks[r];
+    for (int i = 0; i < CK_COUNT; i++)
+      merge_tensor(&out->t[i], &c->t[i]);
+    out->q_rows = c->q_rows > out->q_rows ? c->q_rows : out->q_rows;
+    out->k_rows = c->k_rows > out->k_rows ? c->k_rows : out->k_rows;
+    out->seconds = c->seconds > out->seconds ? c->seconds : out->seconds;
+    out->dsinks_skipped |= c->dsinks_skipped;
+  }
+  check_summarize(out);
+}
+
+void check_selftest_perturb(run_result *r, float *y, float *dx) {
+  float *first[] = {r ? r->o : NULL, r ? r->dq : NULL, r ? r->dk : NULL, r ? r->dv : NULL, y, dx};
   for (size_t i = 0; i < sizeof first / sizeof first[0]; i++)
     if (first[i]) first[i][0] += 1e-2f * (1.0f + fabsf(first[i][0]));
 }

@@ -12,7 +12,8 @@
 #define CHECK_TOL_FWD 2e-5
 #define CHECK_TOL_BWD 2e-4
 
-enum { CK_O, CK_LSE, CK_DQ, CK_DK, CK_DV, CK_DSINKS, CK_COUNT };
+/* Checked tensors: attention outputs, and the layer's y and dx (--d-model). */
+enum { CK_O, CK_LSE, CK_DQ, CK_DK, CK_DV, CK_DSINKS, CK_Y, CK_DX, CK_COUNT };
 
 typedef struct {
   int used;
@@ -31,14 +32,36 @@ typedef struct {
   int dsinks_skipped; /* dsinks needs every row: skipped on big problems */
 } check_report;
 
+/* A sampled row: batch, global position, global head. */
+typedef struct {
+  int64_t b, s, h;
+} check_row;
+
+/* Compares n rows of dim elements (got vs ref) into t; the worst element is described
+ * with the row's ids. */
+void check_compare(check_tensor *t, const char *name, const float *got, const double *ref,
+                   int64_t n, int64_t dim, const check_row *ids, double tol);
+
+/* Totals (wrong, max errors) from the tensors of out. */
+void check_summarize(check_report *out);
+
+/* The job's report from every rank's: sums of counts, maxima of errors, the worst element
+ * over all ranks; q_rows / k_rows stay per rank, seconds is the slowest rank's. */
+void check_merge(const check_report *ranks, int n, check_report *out);
+
+/* Samples row k of this rank's rows (in run order) and heads [h0, h0 + hn). */
+check_row check_sample(uint64_t seed, uint64_t stream_off, int64_t k, int64_t batch,
+                       const attn_cp_shard *sh, int64_t h0, int64_t hn);
+
 /* Checks a->check_rows sampled query rows (O, LSE; with --bwd dQ, and as many key rows for
  * dK and dV; dsinks when the problem is small) of this rank's shard. */
 void check_run(const run_args *a, const problem *p, const run_result *r, check_report *out);
 
-/* Self-test of the checker (ATTNRUN_CHECK_SELFTEST=1): perturbs the first element of the
- * first sampled row of O, dQ, dK and dV (sample 0 is always element 0) by 1e-2, so tests
- * can see --check report wrong elements and exit non-zero. */
-void check_selftest_perturb(run_result *r);
+/* Self-test of the checker (ATTNRUN_CHECK_SELFTEST=1, on the last rank): perturbs the
+ * first element of the first sampled row of O, dQ, dK and dV (sample 0 is always element
+ * 0), or of the layer's y and dx, by 1e-2, so tests can see --check report wrong elements
+ * and exit non-zero. Any argument may be NULL. */
+void check_selftest_perturb(run_result *r, float *y, float *dx);
 
 extern const char *const check_tensor_name[CK_COUNT];
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAX_HEADER (1 << 20)
@@ -163,6 +164,22 @@ int npy_read_range(const char *path, const npy_header *h, int64_t first, int64_t
   return rc;
 }
 
+int npy_pread_range(int fd, const char *path, const npy_header *h, int64_t first, int64_t count,
+                    void *out, char *err, size_t errlen) {
+  if (first < 0 || count < 0 || first + count > h->count)
+    return fail(err, errlen, "%s: range [%lld, %lld) outside %lld elements", path, (long long)first,
+                (long long)(first + count), (long long)h->count);
+  char *dst = out;
+  off_t at = (off_t)(h->data_offset + first * 4);
+  size_t left = (size_t)count * 4;
+  while (left > 0) {
+    ssize_t n = pread(fd, dst, left, at);
+    if (n <= 0) return fail(err, errlen, "%s: read failed: %s", path, n ? strerror(errno) : "end of file");
+    dst += n, at += n, left -= (size_t)n;
+  }
+  return 0;
+}
+
 int npy_read_all(const char *path, npy_dtype want, npy_header *h, void **data, char *err,
                  size_t errlen) {
   *data = NULL;
@@ -194,6 +211,45 @@ static size_t format_header(char *buf, size_t len, npy_dtype dtype, int ndim,
   return n;
 }
 
+/* The 10-byte version 1.0 preamble for a header of hlen bytes. */
+static void preamble(unsigned char pre[10], size_t hlen) {
+  static const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  memcpy(pre, magic, 8);
+  pre[8] = (unsigned char)(hlen & 0xff);
+  pre[9] = (unsigned char)(hlen >> 8);
+}
+
+int npy_create(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
+               int64_t *data_offset, char *err, size_t errlen) {
+  char hdr[512];
+  unsigned char pre[10];
+  size_t hlen = format_header(hdr, sizeof hdr, dtype, ndim, shape);
+  int64_t count = 1;
+  for (int i = 0; i < ndim; i++)
+    count *= shape[i];
+  preamble(pre, hlen);
+  *data_offset = (int64_t)(10 + hlen);
+  FILE *f = fopen(path, "wb");
+  if (!f) return fail(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, hlen, f) == hlen && fflush(f) == 0 &&
+           ftruncate(fileno(f), (off_t)(*data_offset + count * 4)) == 0;
+  if (fclose(f) != 0) ok = 0;
+  return ok ? 0 : fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
+}
+
+int npy_pwrite_range(int fd, const char *path, int64_t data_offset, int64_t first, int64_t count,
+                     const void *data, char *err, size_t errlen) {
+  const char *src = data;
+  off_t at = (off_t)(data_offset + first * 4);
+  size_t left = (size_t)count * 4;
+  while (left > 0) {
+    ssize_t n = pwrite(fd, src, left, at);
+    if (n <= 0) return fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    src += n, at += n, left -= (size_t)n;
+  }
+  return 0;
+}
+
 int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
               char *err, size_t errlen) {
   char hdr[512];
@@ -201,16 +257,8 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
   int64_t count = 1;
   for (int i = 0; i < ndim; i++)
     count *= shape[i];
-  unsigned char pre[10] = {0x93,
-                           'N',
-                           'U',
-                           'M',
-                           'P',
-                           'Y',
-                           1,
-                           0,
-                           (unsigned char)(hlen & 0xff),
-                           (unsigned char)(hlen >> 8)};
+  unsigned char pre[10];
+  preamble(pre, hlen);
   FILE *f = fopen(path, "wb");
   if (!f) return fail(err, errlen, "%s: cannot create: %s", path, strerror(errno));
   int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, hlen, f) == hlen &&

@@ -27,6 +27,10 @@ int npy_read_header(const char *path, npy_dtype want, npy_header *h, char *err, 
 int npy_read_range(const char *path, const npy_header *h, int64_t first, int64_t count, void *out,
                    char *err, size_t errlen);
 
+/* The same from an open file descriptor (pread: safe from several threads). */
+int npy_pread_range(int fd, const char *path, const npy_header *h, int64_t first, int64_t count,
+                    void *out, char *err, size_t errlen);
+
 /* Read the whole array into a malloc'ed buffer (*data; caller frees). */
 int npy_read_all(const char *path, npy_dtype want, npy_header *h, void **data, char *err,
                  size_t errlen);
@@ -34,6 +38,15 @@ int npy_read_all(const char *path, npy_dtype want, npy_header *h, void **data, c
 /* Write a C-order array of ndim dims. */
 int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
               char *err, size_t errlen);
+
+/* Create path with the header of a C-order array and its full size (zeros), for ranks to
+ * fill with npy_pwrite_range; *data_offset gets the byte offset of element 0. */
+int npy_create(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
+               int64_t *data_offset, char *err, size_t errlen);
+
+/* Write count 4-byte elements at flat index first of a file made by npy_create. */
+int npy_pwrite_range(int fd, const char *path, int64_t data_offset, int64_t first, int64_t count,
+                     const void *data, char *err, size_t errlen);
 
 /* "[1, 2048, 8, 128]" into buf. */
 const char *npy_shape_string(int ndim, const int64_t *shape, char *buf, size_t len);

@@ -1,7 +1,8 @@
 /* problem.c — builds the problem attnrun runs: global shape and spec from the flags or the
  * .npy headers, generated extras (sinks, ALiBi slopes, varlen lengths, block mask), and
- * this rank's shard of Q, K, V, dO, generated per slice from the counter RNG or read per
- * slice from the files. problem_fetch serves the oracle any row of the full sequence. */
+ * this rank's shard of Q, K, V, dO (row runs x a range of heads), generated from the
+ * counter RNG or read with pread from the files: no rank ever holds the full sequence.
+ * problem_fetch serves the oracle any row of the full sequence. */
 #include "problem.h"
 
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "rng.h"
@@ -156,6 +158,8 @@ static int load_header4(problem *p, int t, const char *dir, int64_t want[4], cha
       return fail(err, errlen, "%s: shape %s has an empty dimension", p->path[t],
                   npy_shape_string(4, h->shape, sb, sizeof sb));
   }
+  p->fd[t] = open(p->path[t], O_RDONLY);
+  if (p->fd[t] < 0) return fail(err, errlen, "%s: cannot open", p->path[t]);
   p->src[t] = SRC_FILE;
   return 0;
 }
@@ -258,6 +262,8 @@ static int load_extras(problem *p, const run_args *a, char *err, size_t errlen) 
 
 int problem_setup(problem *p, const run_args *a, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
+  for (int t = 0; t < T_COUNT; t++)
+    p->fd[t] = -1;
   spec_from_args(p, a);
   p->seed = a->seed;
   p->batch = a->batch, p->seq_q = a->seq_q, p->seq_kv = a->seq_kv;
@@ -274,49 +280,97 @@ int problem_setup(problem *p, const run_args *a, char *err, size_t errlen) {
   p->spec.cu_seqlens_q = p->cu_q;
   p->spec.cu_seqlens_kv = p->cu_kv;
   if (a->sparse && make_block_mask(p, a, err, errlen)) return -1;
-  p->q_row0 = 0, p->q_rows = p->seq_q;
-  p->kv_row0 = 0, p->kv_rows = p->seq_kv;
+  attn_cp_shard qw = problem_whole(p->seq_q), kw = problem_whole(p->seq_kv);
+  problem_set_shard(p, &qw, &kw, 0, p->spec.num_heads_q, 0, p->spec.num_heads_kv);
   return 0;
 }
 
-/* Fill [B, rows, H, D] (rows from row0 of each batch) of tensor t. */
-static int fill_shard(problem *p, int t, float *buf, int64_t row0, int64_t rows, char *err,
-                      size_t errlen) {
+attn_cp_shard problem_whole(int64_t seq) {
+  attn_cp_shard sh = {1, {0, 0}, {seq, 0}, seq};
+  return sh;
+}
+
+void problem_set_shard(problem *p, const attn_cp_shard *qsh, const attn_cp_shard *ksh,
+                       int32_t hq0, int32_t hq, int32_t hk0, int32_t hk) {
+  p->qsh = *qsh, p->ksh = *ksh;
+  p->q_rows = qsh->rows, p->kv_rows = ksh->rows;
+  p->hq0 = hq0, p->hq = hq, p->hk0 = hk0, p->hk = hk;
+}
+
+int64_t problem_local_row(const attn_cp_shard *sh, int64_t s) {
+  int64_t before = 0;
+  for (int32_t r = 0; r < sh->count; r++) {
+    if (s >= sh->start[r] && s < sh->start[r] + sh->len[r]) return before + s - sh->start[r];
+    before += sh->len[r];
+  }
+  return -1;
+}
+
+int64_t problem_global_row(const attn_cp_shard *sh, int64_t r) {
+  return r < sh->len[0] ? sh->start[0] + r : sh->start[1] + (r - sh->len[0]);
+}
+
+attn_spec problem_local_spec(const problem *p) {
+  attn_spec s = p->spec;
+  s.num_heads_q = p->hq;
+  s.num_heads_kv = p->hk;
+  if (s.sinks) s.sinks += p->hq0;
+  if (s.alibi_slopes) s.alibi_slopes += p->hq0;
+  return s;
+}
+
+/* Elements [first, first + count) of tensor t (global flat index) into dst. */
+static int read_elems(const problem *p, int t, int64_t first, int64_t count, float *dst,
+                      char *err, size_t errlen) {
+  if (p->src[t] == SRC_FILE) return npy_pread_range(p->fd[t], p->path[t], &p->hdr[t], first, count, dst, err, errlen);
+  rng_fill(p->seed, tensor_stream[t], (uint64_t)first, count, -INPUT_BOUND, INPUT_BOUND, dst);
+  return 0;
+}
+
+/* Fill [B, sh.rows, hn, D] of tensor t: rows of the shard's runs, heads [h0, h0 + hn). */
+static int fill_shard(const problem *p, int t, float *buf, const attn_cp_shard *sh, int32_t h0,
+                      int32_t hn, char *err, size_t errlen) {
   int64_t seq, heads, dim;
   problem_dims(p, t, &seq, &heads, &dim);
-  int64_t row = heads * dim;
+  int64_t row = hn * dim;
+  int rc = 0;
   for (int64_t b = 0; b < p->batch; b++) {
-    int64_t first = (b * seq + row0) * row;
-    float *dst = buf + b * rows * row;
-    if (p->src[t] == SRC_GENERATED)
-      rng_fill(p->seed, tensor_stream[t], (uint64_t)first, rows * row, -INPUT_BOUND, INPUT_BOUND,
-               dst);
-    else if (npy_read_range(p->path[t], &p->hdr[t], first, rows * row, dst, err, errlen))
-      return -1;
+    float *dst = buf + b * sh->rows * row;
+    for (int32_t r = 0; r < sh->count && rc == 0; r++) {
+      int64_t first = ((b * seq + sh->start[r]) * heads + h0) * dim;
+      if (hn == heads) { /* the run is contiguous in the file */
+        rc = read_elems(p, t, first, sh->len[r] * row, dst, err, errlen);
+      } else {
+#pragma omp parallel for schedule(static) reduction(| : rc)
+        for (int64_t i = 0; i < sh->len[r]; i++)
+          rc |= read_elems(p, t, first + i * heads * dim, row, dst + i * row, err, errlen);
+      }
+      dst += sh->len[r] * row;
+    }
   }
-  return 0;
+  return rc ? -1 : 0;
 }
 
 int problem_fill_inputs(problem *p, int want_dout, char *err, size_t errlen) {
   const attn_spec *s = &p->spec;
-  p->q = problem_alloc(p->batch, p->q_rows, s->num_heads_q, s->head_dim_qk);
-  p->k = problem_alloc(p->batch, p->kv_rows, s->num_heads_kv, s->head_dim_qk);
-  p->v = problem_alloc(p->batch, p->kv_rows, s->num_heads_kv, s->head_dim_v);
-  if (want_dout) p->dout = problem_alloc(p->batch, p->q_rows, s->num_heads_q, s->head_dim_v);
+  p->q = problem_alloc(p->batch, p->q_rows, p->hq, s->head_dim_qk);
+  p->k = problem_alloc(p->batch, p->kv_rows, p->hk, s->head_dim_qk);
+  p->v = problem_alloc(p->batch, p->kv_rows, p->hk, s->head_dim_v);
+  if (want_dout) p->dout = problem_alloc(p->batch, p->q_rows, p->hq, s->head_dim_v);
   if (!p->q || !p->k || !p->v || (want_dout && !p->dout))
     return fail(err, errlen,
                 "out of memory for the inputs (%.3g GiB for Q, K, V%s); use a smaller problem",
                 4.0 * (double)p->batch *
-                    ((double)p->q_rows * s->num_heads_q *
+                    ((double)p->q_rows * p->hq *
                          (s->head_dim_qk + (want_dout ? s->head_dim_v : 0)) +
-                     (double)p->kv_rows * s->num_heads_kv * (s->head_dim_qk + s->head_dim_v)) /
+                     (double)p->kv_rows * p->hk * (s->head_dim_qk + s->head_dim_v)) /
                     1073741824.0,
                 want_dout ? ", dO" : "");
-  if (fill_shard(p, T_Q, p->q, p->q_row0, p->q_rows, err, errlen) ||
-      fill_shard(p, T_K, p->k, p->kv_row0, p->kv_rows, err, errlen) ||
-      fill_shard(p, T_V, p->v, p->kv_row0, p->kv_rows, err, errlen))
+  if (fill_shard(p, T_Q, p->q, &p->qsh, p->hq0, p->hq, err, errlen) ||
+      fill_shard(p, T_K, p->k, &p->ksh, p->hk0, p->hk, err, errlen) ||
+      fill_shard(p, T_V, p->v, &p->ksh, p->hk0, p->hk, err, errlen))
     return -1;
-  return want_dout ? fill_shard(p, T_DO, p->dout, p->q_row0, p->q_rows, err, errlen) : 0;
+  return want_dout ? fill_shard(p, T_DO, p->dout, &p->qsh, p->hq0, p->hq, err, errlen) : 0;
 }
 
 void problem_fetch(void *user, int which, int64_t b, int64_t s, int64_t h, float *out) {
@@ -324,23 +378,24 @@ void problem_fetch(void *user, int which, int64_t b, int64_t s, int64_t h, float
   int64_t seq, heads, dim;
   problem_dims(p, which, &seq, &heads, &dim);
   int is_q = which == T_Q || which == T_DO;
-  int64_t row0 = is_q ? p->q_row0 : p->kv_row0, rows = is_q ? p->q_rows : p->kv_rows;
+  const attn_cp_shard *sh = is_q ? &p->qsh : &p->ksh;
+  int64_t h0 = is_q ? p->hq0 : p->hk0, hn = is_q ? p->hq : p->hk;
   float *local[T_COUNT] = {p->q, p->k, p->v, p->dout};
-  if (local[which] && s >= row0 && s < row0 + rows) {
-    memcpy(out, local[which] + ((b * rows + (s - row0)) * heads + h) * dim,
+  int64_t r = problem_local_row(sh, s);
+  if (local[which] && r >= 0 && h >= h0 && h < h0 + hn) {
+    memcpy(out, local[which] + ((b * sh->rows + r) * hn + (h - h0)) * dim,
            (size_t)dim * sizeof(float));
     return;
   }
-  int64_t first = ((b * seq + s) * heads + h) * dim;
   char err[256];
-  if (p->src[which] == SRC_GENERATED)
-    rng_fill(p->seed, tensor_stream[which], (uint64_t)first, dim, -INPUT_BOUND, INPUT_BOUND, out);
-  else if (npy_read_range(p->path[which], &p->hdr[which], first, dim, out, err, sizeof err))
+  if (read_elems(p, which, ((b * seq + s) * heads + h) * dim, dim, out, err, sizeof err))
     for (int64_t d = 0; d < dim; d++)
       out[d] = NAN; /* shows up as wrong in --check */
 }
 
 void problem_free(problem *p) {
+  for (int t = 0; t < T_COUNT; t++)
+    if (p->fd[t] >= 0 && p->src[t] == SRC_FILE) close(p->fd[t]);
   free(p->sinks);
   free(p->alibi);
   free(p->cu_q);

@@ -1,6 +1,7 @@
 /* problem.h — the attention problem attnrun runs: global shape and spec (masks, sinks,
  * ALiBi, varlen, block mask), where the inputs come from (counter RNG or .npy), and this
- * rank's shard of them. Single rank: the shard is the whole sequence. */
+ * rank's shard of them: row runs of the sequence (attn_cp_shard) and a range of heads.
+ * Single rank: the shard is the whole sequence and every head. */
 #ifndef ATTNRUN_LAUNCH_PROBLEM_H
 #define ATTNRUN_LAUNCH_PROBLEM_H
 
@@ -30,27 +31,47 @@ typedef struct {
   input_source src[T_COUNT];
   char path[T_COUNT][1024];
   npy_header hdr[T_COUNT];
+  int fd[T_COUNT]; /* open .npy files (read with pread, from any thread), or -1 */
   int sinks_from_file, alibi_from_file;
-  /* this rank's shard: query rows [q_row0, q_row0 + q_rows) and key rows
-   * [kv_row0, kv_row0 + kv_rows) of every batch */
-  int64_t q_row0, q_rows, kv_row0, kv_rows;
-  float *q;    /* [B, q_rows, Hq, Dqk] */
-  float *k;    /* [B, kv_rows, Hkv, Dqk] */
-  float *v;    /* [B, kv_rows, Hkv, Dv] */
-  float *dout; /* [B, q_rows, Hq, Dv] or NULL */
+  /* this rank's shard, the same in every batch: query rows qsh (local rows in run order),
+   * key rows ksh, query heads [hq0, hq0 + hq), KV heads [hk0, hk0 + hk) */
+  attn_cp_shard qsh, ksh;
+  int64_t q_rows, kv_rows; /* qsh.rows, ksh.rows */
+  int32_t hq0, hq, hk0, hk;
+  float *q;    /* [B, q_rows, hq, Dqk] */
+  float *k;    /* [B, kv_rows, hk, Dqk] */
+  float *v;    /* [B, kv_rows, hk, Dv] */
+  float *dout; /* [B, q_rows, hq, Dv] or NULL */
 } problem;
 
 /* Global shape and spec from flags or from the .npy headers in a->load_dir; the shard is
  * set to the whole sequence. 0 on success, else -1 and a message in err. */
 int problem_setup(problem *p, const run_args *a, char *err, size_t errlen);
 
+/* This rank's shard: row runs of the query and key sequences, and heads. */
+void problem_set_shard(problem *p, const attn_cp_shard *qsh, const attn_cp_shard *ksh,
+                       int32_t hq0, int32_t hq, int32_t hk0, int32_t hk);
+
+/* The whole sequence [0, seq) as one run. */
+attn_cp_shard problem_whole(int64_t seq);
+
+/* Local row of global row s in sh (rows in run order), or -1. */
+int64_t problem_local_row(const attn_cp_shard *sh, int64_t s);
+
+/* Global row of local row r of sh. */
+int64_t problem_global_row(const attn_cp_shard *sh, int64_t r);
+
+/* The spec of this rank's heads (sinks and ALiBi slopes offset to hq0). */
+attn_spec problem_local_spec(const problem *p);
+
 /* Allocate and fill this shard's Q, K, V (and dO when want_dout). */
 int problem_fill_inputs(problem *p, int want_dout, char *err, size_t errlen);
 
 void problem_free(problem *p);
 
-/* Row (b, s, h) of tensor `which` (T_Q.. T_DO), global s, into out: from the shard when
- * it holds the row, else regenerated or read from the file. Matches attn_ref_fetch_fn. */
+/* Row (b, s, h) of tensor `which` (T_Q.. T_DO), global s and h, into out: from the shard
+ * when it holds the row, else regenerated or read from the file. Matches
+ * attn_ref_fetch_fn; safe to call from several threads. */
 void problem_fetch(void *user, int which, int64_t b, int64_t s, int64_t h, float *out);
 
 /* Dims of tensor `which`: *seq (global), *heads, *dim. */

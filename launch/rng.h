@@ -7,6 +7,8 @@
 
 /* Tensor ids: the stream each generated tensor draws from. */
 enum { RNG_Q = 1, RNG_K = 2, RNG_V = 3, RNG_DO = 4, RNG_SINKS = 5, RNG_VARLEN = 6, RNG_CHECK = 7 };
+/* The layer (--d-model): x, the global weights W_q W_k W_v W_o, and dy. */
+enum { RNG_X = 8, RNG_WQ = 9, RNG_WK = 10, RNG_WV = 11, RNG_WO = 12, RNG_DY = 13 };
 
 /* 64 random bits for (seed, tensor, index). */
 uint64_t rng_bits(uint64_t seed, uint64_t tensor, uint64_t index);

@@ -1,0 +1,169 @@
+/* grid.c — picks tp x cp and the ring layout from the flags, the problem and the rank
+ * count, and refuses impossible grids with a sentence that says what to change.
+ *
+ * --mode auto on more than one rank: tensor parallelism splits heads with no K/V
+ * exchange at all, so it goes first, up to the largest divisor of the rank count that
+ * the heads allow; the remaining factor goes to the ring. From GRID_LONG_SEQ keys on the
+ * ring goes first instead (tp = 1, cp = all ranks): K/V of the full sequence per rank is
+ * what stops long runs, and the ring is the only mode that cuts it. */
+#include "grid.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Hq splits over tp, and Hkv either splits or each rank's query heads share one KV head. */
+static int heads_fit(int32_t hq, int32_t hkv, int32_t tp) {
+  return hq % tp == 0 && (hkv % tp == 0 || tp % hkv == 0);
+}
+
+static int32_t largest_tp(int ranks, int32_t hq, int32_t hkv) {
+  int32_t best = 1;
+  for (int32_t t = 1; t <= ranks; t++)
+    if (ranks % t == 0 && heads_fit(hq, hkv, t)) best = t;
+  return best;
+}
+
+static void choose_auto(const attn_spec *s, int64_t seq_kv, int ranks, grid *g) {
+  if (seq_kv >= GRID_LONG_SEQ) {
+    g->tp = 1, g->cp = ranks;
+    snprintf(g->why, sizeof g->why,
+             "auto: %lld keys >= %d, so the ring goes first: it is the only mode that cuts "
+             "K/V of the sequence (tp=1 x cp=%d)",
+             (long long)seq_kv, GRID_LONG_SEQ, ranks);
+    return;
+  }
+  g->tp = largest_tp(ranks, s->num_heads_q, s->num_heads_kv);
+  g->cp = ranks / g->tp;
+  snprintf(g->why, sizeof g->why,
+           "auto: Hq=%d/Hkv=%d split over tp=%d (heads need no K/V exchange), the remaining "
+           "factor %d goes to the ring (cp=%d); sequences >= %d keys put the ring first",
+           s->num_heads_q, s->num_heads_kv, g->tp, g->cp, g->cp, GRID_LONG_SEQ);
+}
+
+/* tp and cp from the flags and the mode. */
+static void choose_sizes(const run_args *a, const attn_spec *s, int64_t seq_kv, int ranks,
+                         grid *g) {
+  int gt = (a->given & GIVEN_TP) != 0, gc = (a->given & GIVEN_CP) != 0;
+  g->why[0] = '\0';
+  if (gt || gc) {
+    g->tp = gt ? a->tp : (a->cp > 0 && ranks % a->cp == 0 ? ranks / a->cp : 0);
+    g->cp = gc ? a->cp : (a->tp > 0 && ranks % a->tp == 0 ? ranks / a->tp : 0);
+    snprintf(g->why, sizeof g->why, "tp=%d x cp=%d from the flags", g->tp, g->cp);
+  } else if (a->mode == MODE_RING) {
+    g->tp = 1, g->cp = ranks;
+    snprintf(g->why, sizeof g->why, "--mode ring: every rank on the ring (cp=%d)", ranks);
+  } else if (a->mode == MODE_TP) {
+    g->tp = ranks, g->cp = 1;
+    snprintf(g->why, sizeof g->why, "--mode tp: heads over every rank (tp=%d)", ranks);
+  } else {
+    choose_auto(s, seq_kv, ranks, g);
+  }
+}
+
+static int check_sizes(const run_args *a, const attn_spec *s, int ranks, const grid *g,
+                       char *err, size_t errlen) {
+  if (g->tp < 1 || g->cp < 1)
+    return fail(err, errlen, "%s %d does not divide the %d ranks of the job (mpirun -np %d)",
+                (a->given & GIVEN_TP) ? "--tp" : "--cp",
+                (a->given & GIVEN_TP) ? a->tp : a->cp, ranks, ranks);
+  if ((int64_t)g->tp * g->cp != ranks)
+    return fail(err, errlen,
+                "--tp %d x --cp %d = %d ranks, but the job has %d (mpirun -np): tp*cp must "
+                "equal the number of ranks",
+                g->tp, g->cp, g->tp * g->cp, ranks);
+  if (s->num_heads_q % g->tp)
+    return fail(err, errlen,
+                "--heads %d is not divisible by tp=%d: each TP rank holds whole query heads "
+                "(use a tp that divides the heads, or more --cp)",
+                s->num_heads_q, g->tp);
+  if (!heads_fit(s->num_heads_q, s->num_heads_kv, g->tp))
+    return fail(err, errlen,
+                "--kv-heads %d cannot be shared by tp=%d: need Hkv %% tp == 0 (split) or "
+                "tp %% Hkv == 0 (replicated)",
+                s->num_heads_kv, g->tp);
+  return 0;
+}
+
+static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_kv, grid *g) {
+  const char *why;
+  int64_t chunk = seq_kv / (2 * (int64_t)g->cp);
+  if (a->given & GIVEN_LAYOUT) {
+    g->layout = a->layout;
+    why = "from --layout";
+  } else if (g->cp == 1) {
+    g->layout = ATTN_LAYOUT_CONTIGUOUS;
+    why = "one CP rank";
+  } else if (s->causal && s->window_left >= 0 && s->window_left < chunk) {
+    g->layout = ATTN_LAYOUT_CONTIGUOUS;
+    why = "causal, but the window is shorter than a zigzag chunk: the contiguous cut is "
+          "balanced already and needs only the neighbour's keys";
+  } else if (s->causal) {
+    g->layout = ATTN_LAYOUT_ZIGZAG;
+    why = "causal: zigzag (chunks i and 2cp-1-i) balances the triangle";
+  } else {
+    g->layout = ATTN_LAYOUT_CONTIGUOUS;
+    why = "not causal: every cut is balanced";
+  }
+  size_t n = strlen(g->why);
+  snprintf(g->why + n, sizeof g->why - n, "%slayout %s (%s)", n ? "; " : "",
+           g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous", why);
+}
+
+static int check_rows(const grid *g, int64_t seq_q, int64_t seq_kv, char *err, size_t errlen) {
+  int64_t chunks = (int64_t)g->cp * (g->layout == ATTN_LAYOUT_ZIGZAG ? 2 : 1);
+  if (seq_q < chunks || seq_kv < chunks)
+    return fail(err, errlen,
+                "the sequence (Sq=%lld, Skv=%lld) is shorter than the %lld chunks of cp=%d "
+                "(%s): every chunk needs a row; use fewer ranks or a longer --seq",
+                (long long)seq_q, (long long)seq_kv, (long long)chunks, g->cp,
+                g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous");
+  return 0;
+}
+
+static void my_heads(const attn_spec *s, grid *g) {
+  g->hq = s->num_heads_q / g->tp;
+  g->hq0 = g->tp_rank * g->hq;
+  if (s->num_heads_kv % g->tp == 0) {
+    g->hk = s->num_heads_kv / g->tp;
+    g->hk0 = g->tp_rank * g->hk;
+  } else { /* replicated: this rank's query heads all read one KV head */
+    g->hk = 1;
+    g->hk0 = g->hq0 / (s->num_heads_q / s->num_heads_kv);
+  }
+}
+
+int grid_choose(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t seq_kv, int ranks,
+                int rank, grid *g, char *err, size_t errlen) {
+  memset(g, 0, sizeof *g);
+  g->layer = a->d_model > 0;
+  int flags = (a->given & (GIVEN_TP | GIVEN_CP)) != 0;
+  if (ranks == 1 && a->mode == MODE_AUTO && !flags && !g->layer) {
+    g->single = 1, g->tp = g->cp = 1;
+    g->hq = s->num_heads_q, g->hk = s->num_heads_kv;
+    snprintf(g->why, sizeof g->why, "one rank: plain attention");
+    return 0;
+  }
+  choose_sizes(a, s, seq_kv, ranks, g);
+  if (check_sizes(a, s, ranks, g, err, errlen)) return -1;
+  choose_layout(a, s, seq_kv, g);
+  if (check_rows(g, seq_q, seq_kv, err, errlen)) return -1;
+  g->tp_rank = rank % g->tp;
+  g->cp_rank = rank / g->tp;
+  my_heads(s, g);
+  return 0;
+}
+
+const char *grid_mode_name(const grid *g) {
+  if (g->single) return "single";
+  if (g->layer) return g->cp == 1 ? "tp layer" : g->tp == 1 ? "ring layer" : "tp x ring layer";
+  return g->cp == 1 ? "tp" : g->tp == 1 ? "ring" : "tp x ring";
+}
