@@ -65,6 +65,8 @@ typedef struct {
 /* ---- backends --------------------------------------------------------------------- */
 typedef struct {
   const char *name;
+  attn_device device; /* where this backend's tensors live */
+  uint32_t dtypes;    /* bit (1 << attn_dtype) for each dtype it takes */
   /* One-shot forward: o [B,sq,Hq,Dv]; lse [B,Hq,lse_rows] at row q_row0+i, may be NULL. */
   attn_status (*fwd)(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
                      int64_t lse_rows);

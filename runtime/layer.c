@@ -298,6 +298,11 @@ attn_status attn_layer_create(attn_layer_t *out, attn_group_t grp, const attn_la
   L->rope_seq = -1;
   attn_status local = copy_config(cfg, &L->cfg);
   if (local == ATTN_OK) local = check_config(&L->cfg, grp->info.tp_size);
+  if (local == ATTN_OK && grp->ctx->ops->device != ATTN_DEVICE_HOST)
+    local = attn__fail(ATTN_ERR_UNSUPPORTED,
+                       "the attention layer on the %s backend is not implemented yet (its "
+                       "projections run on host BLAS); use a cpu context",
+                       grp->ctx->ops->name);
   attn__fingerprint fp;
   config_fingerprint(&L->cfg, &fp);
   attn_status st = preflight(grp->world, &fp, local);

@@ -52,6 +52,11 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
   pl->r = grp->cp->rank;
   pl->seq_q = seq_q;
   pl->seq_kv = seq_kv;
+  if (pl->ctx->ops->device != ATTN_DEVICE_HOST)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "ring attention on the %s backend is not implemented yet (it moves host "
+                      "buffers); use a cpu context",
+                      pl->ctx->ops->name);
   if (layout != ATTN_LAYOUT_CONTIGUOUS && layout != ATTN_LAYOUT_ZIGZAG)
     return attn__fail(ATTN_ERR_INVALID_ARG, "layout=%d is not a layout (0 contiguous, 1 zigzag)",
                       (int)layout);
