@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static _Thread_local char last_error[1024];
@@ -70,8 +71,17 @@ void attn__log(int level, const char *fmt, ...) {
           level == ATTN_LOG_WARN ? "WARN" : "INFO", msg);
 }
 
-/* Integer tunables from the environment (ATTN_<name>); malformed values warn and fall back. */
-int64_t attn__param(const char *name, int64_t dflt) {
+/* Integer tunables from the environment (ATTN_<name>), read once per name and cached for
+ * the process lifetime; malformed values warn once and fall back to the default. */
+#define PARAM_SLOTS 64
+static struct {
+  const char *name; /* a string literal: compared by content, kept by pointer */
+  int64_t value;
+} param_cache[PARAM_SLOTS];
+static int param_count;
+static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t param_read(const char *name, int64_t dflt) {
   char key[96];
   snprintf(key, sizeof key, "ATTN_%s", name);
   const char *s = getenv(key);
@@ -82,5 +92,19 @@ int64_t attn__param(const char *name, int64_t dflt) {
     attn__log(ATTN_LOG_WARN, "%s=%s is not an integer; using %lld", key, s, (long long)dflt);
     return dflt;
   }
+  return v;
+}
+
+int64_t attn__param(const char *name, int64_t dflt) {
+  pthread_mutex_lock(&param_lock);
+  for (int i = 0; i < param_count; i++)
+    if (!strcmp(param_cache[i].name, name)) {
+      int64_t v = param_cache[i].value;
+      pthread_mutex_unlock(&param_lock);
+      return v;
+    }
+  int64_t v = param_read(name, dflt);
+  if (param_count < PARAM_SLOTS) param_cache[param_count++] = (typeof(param_cache[0])){name, v};
+  pthread_mutex_unlock(&param_lock);
   return v;
 }
