@@ -1,6 +1,7 @@
 /* args.c — parses the attnrun command line into run_args: a table of flags, typed setters,
  * then cross-flag validation. Every error is a sentence naming the flag and the value. */
 #include "args.h"
+#include "err.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,14 +20,6 @@ typedef struct {
   unsigned given;
   special_fn special;
 } flag_def;
-
-static int set_err(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 int args_parse_size(const char *s, int allow_neg, int64_t *out) {
   if (!s || !*s) return -1;
@@ -65,7 +58,7 @@ static int set_window(run_args *a, const char *v, char *err, size_t errlen) {
   if (comma) *comma = '\0';
   int64_t l, r;
   if (args_parse_size(buf, 1, &l) || args_parse_size(comma ? comma + 1 : buf, 1, &r))
-    return set_err(err, errlen, "--window '%s': expected L,R (or W for W,W); sizes >= 0 or -1", v);
+    return launch_fail(err, errlen, "--window '%s': expected L,R (or W for W,W); sizes >= 0 or -1", v);
   a->window_left = l;
   a->window_right = r;
   return 0;
@@ -81,14 +74,14 @@ static int set_varlen(run_args *a, const char *v, char *err, size_t errlen) {
     int64_t len;
     snprintf(buf, sizeof buf, "%.*s", (int)(n < 31 ? n : 31), p);
     if (args_parse_size(buf, 0, &len) || len < 1 || len > INT32_MAX)
-      return set_err(err, errlen,
+      return launch_fail(err, errlen,
                      "--varlen '%s': expected N (N random lengths) or a list L1,L2,...", v);
     if (a->varlen_count == ARGS_MAX_VARLEN)
-      return set_err(err, errlen, "--varlen: more than %d lengths", ARGS_MAX_VARLEN);
+      return launch_fail(err, errlen, "--varlen: more than %d lengths", ARGS_MAX_VARLEN);
     a->varlen_lens[a->varlen_count++] = (int32_t)len;
     p += n + (p[n] == ',');
   }
-  if (a->varlen_count == 0) return set_err(err, errlen, "--varlen: empty value");
+  if (a->varlen_count == 0) return launch_fail(err, errlen, "--varlen: empty value");
   if (!a->varlen_explicit) a->varlen_count = a->varlen_lens[0];
   return 0;
 }
@@ -123,7 +116,7 @@ static int set_sparse(run_args *a, const char *v, char *err, size_t errlen) {
     snprintf(item, sizeof item, "%.*s", (int)(n < 63 ? n : 63), p);
     eq = strchr(item, '=');
     if (!eq || (*eq = '\0', args_parse_size(eq + 1, 0, &val)) || set_sparse_key(a, item, val))
-      return set_err(err, errlen,
+      return launch_fail(err, errlen,
                      "--sparse '%s': expected key=value pairs from local, stride, global, "
                      "random, block, seed (e.g. local=2,stride=4,global=1,random=1,block=64)",
                      v);
@@ -140,7 +133,7 @@ static int set_backend(run_args *a, const char *v, char *err, size_t errlen) {
   else if (!strcmp(v, "cuda"))
     a->backend = ATTN_BACKEND_CUDA;
   else
-    return set_err(err, errlen, "--backend '%s': expected cpu, auto or cuda", v);
+    return launch_fail(err, errlen, "--backend '%s': expected cpu, auto or cuda", v);
   return 0;
 }
 
@@ -149,7 +142,7 @@ static int set_seed(run_args *a, const char *v, char *err, size_t errlen) {
   errno = 0;
   unsigned long long s = strtoull(v, &end, 0);
   if (end == v || *end || errno || v[0] == '-')
-    return set_err(err, errlen, "--seed '%s': expected a non-negative integer", v);
+    return launch_fail(err, errlen, "--seed '%s': expected a non-negative integer", v);
   a->seed = (uint64_t)s;
   return 0;
 }
@@ -178,7 +171,7 @@ static int set_mode(run_args *a, const char *v, char *err, size_t errlen) {
   else if (!strcmp(v, "ring"))
     a->mode = MODE_RING;
   else
-    return set_err(err, errlen, "--mode '%s': expected tp, ring or auto", v);
+    return launch_fail(err, errlen, "--mode '%s': expected tp, ring or auto", v);
   return 0;
 }
 
@@ -188,7 +181,7 @@ static int set_layout(run_args *a, const char *v, char *err, size_t errlen) {
   else if (!strcmp(v, "zigzag"))
     a->layout = ATTN_LAYOUT_ZIGZAG;
   else
-    return set_err(err, errlen, "--layout '%s': expected contiguous or zigzag", v);
+    return launch_fail(err, errlen, "--layout '%s': expected contiguous or zigzag", v);
   return 0;
 }
 
@@ -247,24 +240,24 @@ static int apply_value(run_args *a, const flag_def *f, const char *v, char *err,
   switch (f->kind) {
   case K_SIZE:
     if (args_parse_size(v, 0, &n))
-      return set_err(err, errlen, "%s '%s': expected a size such as 4096, 4K or 1M", f->name, v);
+      return launch_fail(err, errlen, "%s '%s': expected a size such as 4096, 4K or 1M", f->name, v);
     *(int64_t *)field = n;
     return 0;
   case K_INT:
     if (args_parse_size(v, 0, &n) || n > INT32_MAX)
-      return set_err(err, errlen, "%s '%s': expected a non-negative integer", f->name, v);
+      return launch_fail(err, errlen, "%s '%s': expected a non-negative integer", f->name, v);
     *(int32_t *)field = (int32_t)n;
     return 0;
   case K_FLOAT:
     if (parse_float(v, (float *)field))
-      return set_err(err, errlen, "%s '%s': expected a number", f->name, v);
+      return launch_fail(err, errlen, "%s '%s': expected a number", f->name, v);
     return 0;
   case K_SPECIAL:
     return f->special(a, v, err, errlen);
   case K_BOOL:
     break;
   }
-  return set_err(err, errlen, "%s takes no value", f->name);
+  return launch_fail(err, errlen, "%s takes no value", f->name);
 }
 
 static void set_defaults(run_args *a) {
@@ -289,26 +282,26 @@ static int parse_one(run_args *a, int argc, char **argv, int i, char *err, size_
   const char *eq = strchr(arg, '=');
   size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
   const flag_def *f = find_flag(arg, len);
-  if (!f) return set_err(err, errlen, "unknown flag '%s'", arg);
+  if (!f) return launch_fail(err, errlen, "unknown flag '%s'", arg);
   a->given |= f->given;
   if (f->kind == K_BOOL) {
-    if (eq) return set_err(err, errlen, "%.*s takes no value", (int)len, arg);
+    if (eq) return launch_fail(err, errlen, "%.*s takes no value", (int)len, arg);
     *(int *)((char *)a + f->offset) = 1;
     return 1;
   }
   const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
   if (!v || (!eq && v[0] == '-' && v[1] == '-'))
-    return set_err(err, errlen, "%s needs a value", f->name);
+    return launch_fail(err, errlen, "%s needs a value", f->name);
   return apply_value(a, f, v, err, errlen) ? -1 : (eq ? 1 : 2);
 }
 
 static int check_varlen(run_args *a, char *err, size_t errlen) {
   if (a->batch != 1)
-    return set_err(err, errlen, "--varlen packs sequences along S: --batch must be 1");
+    return launch_fail(err, errlen, "--varlen packs sequences along S: --batch must be 1");
   if (!a->varlen_explicit) {
     int64_t shortest = a->seq_kv < a->seq_q ? a->seq_kv : a->seq_q;
     if (a->varlen_count > shortest)
-      return set_err(err, errlen, "--varlen %d: more sequences than tokens (%lld)", a->varlen_count,
+      return launch_fail(err, errlen, "--varlen %d: more sequences than tokens (%lld)", a->varlen_count,
                      (long long)shortest);
     return 0;
   }
@@ -317,7 +310,7 @@ static int check_varlen(run_args *a, char *err, size_t errlen) {
     total += a->varlen_lens[i];
   if (((a->given & GIVEN_SEQ) && total != a->seq_q) ||
       ((a->given & GIVEN_SEQ_KV) && total != a->seq_kv))
-    return set_err(err, errlen, "--varlen lengths sum to %lld, but --seq is %lld and --seq-kv %lld",
+    return launch_fail(err, errlen, "--varlen lengths sum to %lld, but --seq is %lld and --seq-kv %lld",
                    (long long)total, (long long)a->seq_q, (long long)a->seq_kv);
   a->seq_q = a->seq_kv = total;
   return 0;
@@ -325,33 +318,33 @@ static int check_varlen(run_args *a, char *err, size_t errlen) {
 
 static int check_shape(const run_args *a, char *err, size_t errlen) {
   if (a->batch < 1 || a->seq_q < 1 || a->seq_kv < 1)
-    return set_err(err, errlen, "--batch, --seq and --seq-kv must be at least 1");
+    return launch_fail(err, errlen, "--batch, --seq and --seq-kv must be at least 1");
   if (a->heads_q < 1 || a->heads_kv < 1)
-    return set_err(err, errlen, "--heads and --kv-heads must be at least 1");
+    return launch_fail(err, errlen, "--heads and --kv-heads must be at least 1");
   if (a->heads_q % a->heads_kv)
-    return set_err(err, errlen,
+    return launch_fail(err, errlen,
                    "--heads %d is not a multiple of --kv-heads %d (GQA needs Hq %% Hkv == 0)",
                    a->heads_q, a->heads_kv);
   if (a->head_dim_qk < 1 || a->head_dim_v < 1)
-    return set_err(err, errlen, "--head-dim and --head-dim-v must be at least 1");
+    return launch_fail(err, errlen, "--head-dim and --head-dim-v must be at least 1");
   return 0;
 }
 
 static int check_run(const run_args *a, char *err, size_t errlen) {
   if (a->iters < 1 || a->iters > ARGS_MAX_ITERS)
-    return set_err(err, errlen, "--iters %d: must be 1..%d", a->iters, ARGS_MAX_ITERS);
+    return launch_fail(err, errlen, "--iters %d: must be 1..%d", a->iters, ARGS_MAX_ITERS);
   if (a->warmup > ARGS_MAX_ITERS)
-    return set_err(err, errlen, "--warmup %d: must be 0..%d", a->warmup, ARGS_MAX_ITERS);
+    return launch_fail(err, errlen, "--warmup %d: must be 0..%d", a->warmup, ARGS_MAX_ITERS);
   if (a->softcap < 0)
-    return set_err(err, errlen, "--softcap %g: must be >= 0 (0: off)", a->softcap);
+    return launch_fail(err, errlen, "--softcap %g: must be >= 0 (0: off)", a->softcap);
   if (a->scale < 0)
-    return set_err(err, errlen, "--scale %g: must be > 0 (0: 1/sqrt(head_dim))", a->scale);
+    return launch_fail(err, errlen, "--scale %g: must be > 0 (0: 1/sqrt(head_dim))", a->scale);
   if (a->load_dir && (a->given & GIVEN_SHAPE))
-    return set_err(
+    return launch_fail(
         err, errlen,
         "shape flags (--seq, --heads, ...) conflict with --load: shapes come from the files");
   if (a->load_dir && a->varlen_count)
-    return set_err(err, errlen,
+    return launch_fail(err, errlen,
                    "--varlen conflicts with --load: use cu_seqlens_q.npy / cu_seqlens_kv.npy");
   return 0;
 }
@@ -359,14 +352,14 @@ static int check_run(const run_args *a, char *err, size_t errlen) {
 /* Distribution flags that do not depend on the rank count (grid.c checks the rest). */
 static int check_dist(const run_args *a, char *err, size_t errlen) {
   if (((a->given & GIVEN_TP) && a->tp < 1) || ((a->given & GIVEN_CP) && a->cp < 1))
-    return set_err(err, errlen, "--tp and --cp must be at least 1");
+    return launch_fail(err, errlen, "--tp and --cp must be at least 1");
   if (a->timeout_s < 0)
-    return set_err(err, errlen, "--timeout %g: must be > 0 seconds (0: ATTN_TIMEOUT or 300)",
+    return launch_fail(err, errlen, "--timeout %g: must be > 0 seconds (0: ATTN_TIMEOUT or 300)",
                    a->timeout_s);
   if (a->d_model && (a->given & GIVEN_SEQ_KV) && a->seq_kv != a->seq_q)
-    return set_err(err, errlen, "--d-model runs self-attention: --seq-kv must equal --seq");
+    return launch_fail(err, errlen, "--d-model runs self-attention: --seq-kv must equal --seq");
   if (a->d_model && a->load_dir)
-    return set_err(err, errlen,
+    return launch_fail(err, errlen,
                    "--d-model runs the layer on generated x and weights; it conflicts with --load");
   return 0;
 }

@@ -7,18 +7,11 @@
  * ring goes first instead (tp = 1, cp = all ranks): K/V of the full sequence per rank is
  * what stops long runs, and the ring is the only mode that cuts it. */
 #include "grid.h"
+#include "err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 /* Hq splits over tp, and Hkv either splits or each rank's query heads share one KV head. */
 static int heads_fit(int32_t hq, int32_t hkv, int32_t tp) {
@@ -72,21 +65,21 @@ static void choose_sizes(const run_args *a, const attn_spec *s, int64_t seq_kv, 
 static int check_sizes(const run_args *a, const attn_spec *s, int ranks, const grid *g,
                        char *err, size_t errlen) {
   if (g->tp < 1 || g->cp < 1)
-    return fail(err, errlen, "%s %d does not divide the %d ranks of the job (mpirun -np %d)",
+    return launch_fail(err, errlen, "%s %d does not divide the %d ranks of the job (mpirun -np %d)",
                 (a->given & GIVEN_TP) ? "--tp" : "--cp",
                 (a->given & GIVEN_TP) ? a->tp : a->cp, ranks, ranks);
   if ((int64_t)g->tp * g->cp != ranks)
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "--tp %d x --cp %d = %d ranks, but the job has %d (mpirun -np): tp*cp must "
                 "equal the number of ranks",
                 g->tp, g->cp, g->tp * g->cp, ranks);
   if (s->num_heads_q % g->tp)
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "--heads %d is not divisible by tp=%d: each TP rank holds whole query heads "
                 "(use a tp that divides the heads, or more --cp)",
                 s->num_heads_q, g->tp);
   if (!heads_fit(s->num_heads_q, s->num_heads_kv, g->tp))
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "--kv-heads %d cannot be shared by tp=%d: need Hkv %% tp == 0 (split) or "
                 "tp %% Hkv == 0 (replicated)",
                 s->num_heads_kv, g->tp);
@@ -121,7 +114,7 @@ static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_kv,
 static int check_rows(const grid *g, int64_t seq_q, int64_t seq_kv, char *err, size_t errlen) {
   int64_t chunks = (int64_t)g->cp * (g->layout == ATTN_LAYOUT_ZIGZAG ? 2 : 1);
   if (seq_q < chunks || seq_kv < chunks)
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "the sequence (Sq=%lld, Skv=%lld) is shorter than the %lld chunks of cp=%d "
                 "(%s): every chunk needs a row; use fewer ranks or a longer --seq",
                 (long long)seq_q, (long long)seq_kv, (long long)chunks, g->cp,

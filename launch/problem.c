@@ -4,6 +4,7 @@
  * counter RNG or read with pread from the files: no rank ever holds the full sequence.
  * problem_fetch serves the oracle any row of the full sequence. */
 #include "problem.h"
+#include "err.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -19,14 +20,6 @@
 
 static const char *const tensor_file[T_COUNT] = {"q.npy", "k.npy", "v.npy", "do.npy"};
 static const uint64_t tensor_stream[T_COUNT] = {RNG_Q, RNG_K, RNG_V, RNG_DO};
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 float *problem_alloc(int64_t b, int64_t rows, int64_t h, int64_t d) {
   size_t bytes = sizeof(float);
@@ -112,13 +105,13 @@ static int make_block_mask(problem *p, const run_args *a, char *err, size_t errl
   bm->num_q_blocks = (longest_seq(p->cu_q, n, p->seq_q) + a->sparse_block - 1) / a->sparse_block;
   bm->num_k_blocks = (longest_seq(p->cu_kv, n, p->seq_kv) + a->sparse_block - 1) / a->sparse_block;
   p->mask_bytes = calloc((size_t)(bm->num_q_blocks * bm->num_k_blocks), 1);
-  if (!p->mask_bytes) return fail(err, errlen, "out of memory for the block mask");
+  if (!p->mask_bytes) return launch_fail(err, errlen, "out of memory for the block mask");
   bm->mask = p->mask_bytes;
   attn_sparse_pattern pat = a->sparse_pattern;
   if (!pat.seed) pat.seed = p->seed;
   attn_status st = attn_block_mask_fill(bm, p->mask_bytes, &pat);
   if (st != ATTN_OK)
-    return fail(err, errlen, "attn_block_mask_fill: %s: %s", attn_status_string(st),
+    return launch_fail(err, errlen, "attn_block_mask_fill: %s: %s", attn_status_string(st),
                 attn_last_error());
   p->spec.block_mask = bm;
   return 0;
@@ -146,20 +139,20 @@ static int load_header4(problem *p, int t, const char *dir, int64_t want[4], cha
   if (npy_read_header(p->path[t], NPY_F32, h, err, errlen)) return -1;
   char sb[128];
   if (h->ndim != 4)
-    return fail(err, errlen, "%s: shape %s, expected 4 dims", p->path[t],
+    return launch_fail(err, errlen, "%s: shape %s, expected 4 dims", p->path[t],
                 npy_shape_string(h->ndim, h->shape, sb, sizeof sb));
   static const char *const names[4] = {"B", "S", "H", "D"};
   for (int i = 0; i < 4; i++) {
     if (want[i] >= 0 && h->shape[i] != want[i])
-      return fail(err, errlen, "%s: shape %s, but %s must be %lld to match the other files",
+      return launch_fail(err, errlen, "%s: shape %s, but %s must be %lld to match the other files",
                   p->path[t], npy_shape_string(4, h->shape, sb, sizeof sb), names[i],
                   (long long)want[i]);
     if (h->shape[i] < 1)
-      return fail(err, errlen, "%s: shape %s has an empty dimension", p->path[t],
+      return launch_fail(err, errlen, "%s: shape %s has an empty dimension", p->path[t],
                   npy_shape_string(4, h->shape, sb, sizeof sb));
   }
   p->fd[t] = open(p->path[t], O_RDONLY);
-  if (p->fd[t] < 0) return fail(err, errlen, "%s: cannot open", p->path[t]);
+  if (p->fd[t] < 0) return launch_fail(err, errlen, "%s: cannot open", p->path[t]);
   p->src[t] = SRC_FILE;
   return 0;
 }
@@ -174,7 +167,7 @@ static int load_shapes(problem *p, const char *dir, int want_dout, char *err, si
   int64_t wv[4] = {q[0], k[1], k[2], -1};
   if (load_header4(p, T_V, dir, wv, err, errlen)) return -1;
   if (q[2] % k[2])
-    return fail(err, errlen, "%s has %lld heads, not a multiple of the %lld in %s", p->path[T_Q],
+    return launch_fail(err, errlen, "%s has %lld heads, not a multiple of the %lld in %s", p->path[T_Q],
                 (long long)q[2], (long long)k[2], p->path[T_K]);
   p->batch = q[0], p->seq_q = q[1], p->seq_kv = k[1];
   p->spec.num_heads_q = (int32_t)q[2], p->spec.num_heads_kv = (int32_t)k[2];
@@ -201,9 +194,9 @@ static int load_optional(const char *dir, const char *name, npy_dtype dt, int64_
     free(*out);
     *out = NULL;
     if (n >= 0)
-      return fail(err, errlen, "%s: shape %s, expected [%lld]", path,
+      return launch_fail(err, errlen, "%s: shape %s, expected [%lld]", path,
                   npy_shape_string(h.ndim, h.shape, sb, sizeof sb), (long long)n);
-    return fail(err, errlen, "%s: shape %s, expected 1 dim", path,
+    return launch_fail(err, errlen, "%s: shape %s, expected 1 dim", path,
                 npy_shape_string(h.ndim, h.shape, sb, sizeof sb));
   }
   return 1;
@@ -212,12 +205,12 @@ static int load_optional(const char *dir, const char *name, npy_dtype dt, int64_
 static int check_cu(const char *name, const int32_t *cu, int64_t n, int64_t total, char *err,
                     size_t errlen) {
   if (cu[0] != 0 || cu[n] != total)
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "%s: must start at 0 and end at the sequence length %lld (got %d .. %d)", name,
                 (long long)total, cu[0], cu[n]);
   for (int64_t i = 0; i < n; i++)
     if (cu[i + 1] < cu[i])
-      return fail(err, errlen, "%s: not non-decreasing at index %lld", name, (long long)i);
+      return launch_fail(err, errlen, "%s: not non-decreasing at index %lld", name, (long long)i);
   return 0;
 }
 
@@ -229,7 +222,7 @@ static int load_varlen(problem *p, const char *dir, char *err, size_t errlen) {
   p->cu_q = cq, p->cu_kv = ck;
   if (rk < 0) return -1;
   if (rq != rk)
-    return fail(err, errlen, "%s: give both cu_seqlens_q.npy and cu_seqlens_kv.npy, or neither",
+    return launch_fail(err, errlen, "%s: give both cu_seqlens_q.npy and cu_seqlens_kv.npy, or neither",
                 dir);
   if (!rq) return 0;
   char path[1100];
@@ -241,9 +234,9 @@ static int load_varlen(problem *p, const char *dir, char *err, size_t errlen) {
   npy_header hk;
   if (npy_read_header(path, NPY_I32, &hk, err, errlen)) return -1;
   if (n < 1 || hk.count != h.count)
-    return fail(err, errlen, "%s: cu_seqlens_q.npy and cu_seqlens_kv.npy need the same length >= 2",
+    return launch_fail(err, errlen, "%s: cu_seqlens_q.npy and cu_seqlens_kv.npy need the same length >= 2",
                 dir);
-  if (p->batch != 1) return fail(err, errlen, "%s: varlen (cu_seqlens) needs B = 1 in q.npy", dir);
+  if (p->batch != 1) return launch_fail(err, errlen, "%s: varlen (cu_seqlens) needs B = 1 in q.npy", dir);
   p->spec.num_seqs = (int32_t)n;
   if (check_cu("cu_seqlens_q.npy", p->cu_q, n, p->seq_q, err, errlen)) return -1;
   return check_cu("cu_seqlens_kv.npy", p->cu_kv, n, p->seq_kv, err, errlen);
@@ -358,7 +351,7 @@ int problem_fill_inputs(problem *p, int want_dout, char *err, size_t errlen) {
   p->v = problem_alloc(p->batch, p->kv_rows, p->hk, s->head_dim_v);
   if (want_dout) p->dout = problem_alloc(p->batch, p->q_rows, p->hq, s->head_dim_v);
   if (!p->q || !p->k || !p->v || (want_dout && !p->dout))
-    return fail(err, errlen,
+    return launch_fail(err, errlen,
                 "out of memory for the inputs (%.3g GiB for Q, K, V%s); use a smaller problem",
                 4.0 * (double)p->batch *
                     ((double)p->q_rows * p->hq *

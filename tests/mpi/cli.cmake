@@ -6,7 +6,8 @@
 # injection (ATTN_FAULT) in a ring step and in the layer's allreduce ends the job within
 # the timeout plus a few seconds, non-zero, naming the rank, with nothing left behind.
 add_executable(cli_npy_compare ${CMAKE_CURRENT_SOURCE_DIR}/cli_npy_compare.c
-                               ${PROJECT_SOURCE_DIR}/launch/npy.c)
+                               ${PROJECT_SOURCE_DIR}/launch/npy.c
+                               ${PROJECT_SOURCE_DIR}/launch/err.c)
 target_include_directories(cli_npy_compare PRIVATE ${PROJECT_SOURCE_DIR}/launch)
 target_link_libraries(cli_npy_compare PRIVATE m)
 
