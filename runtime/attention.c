@@ -16,7 +16,7 @@ attn_status attn_fwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   attn__problem pb;
   attn__view ov;
   ATTN_CHECK(attn__make_problem(ctx, spec, q, k, v, NULL, &pb));
-  ATTN_CHECK(attn__check_out(ctx, "o", o, pb.B, pb.sq, pb.Hq, pb.Dv, &ov));
+  ATTN_CHECK(attn__check_out(ctx, "o", o, pb.dtype, pb.B, pb.sq, pb.Hq, pb.Dv, &ov));
   reset_stats(ctx);
   return ctx->ops->fwd(ctx, &pb, ov, lse, pb.sq);
 }
@@ -35,12 +35,12 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   attn__problem pb;
   attn__view ov, dov, dqv, dkv, dvv;
   ATTN_CHECK(attn__make_problem(ctx, spec, q, k, v, NULL, &pb));
-  ATTN_CHECK(attn__check_tensor(ctx, "o", o, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &ov));
-  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
+  ATTN_CHECK(attn__check_tensor(ctx, "o", o, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &ov));
+  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
   ATTN_CHECK(need(lse, "lse"));
-  ATTN_CHECK(attn__check_out(ctx, "dq", dq, pb.B, pb.sq, pb.Hq, pb.Dqk, &dqv));
-  ATTN_CHECK(attn__check_out(ctx, "dk", dk, pb.B, pb.skv, pb.Hkv, pb.Dqk, &dkv));
-  ATTN_CHECK(attn__check_out(ctx, "dv", dv, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
+  ATTN_CHECK(attn__check_out(ctx, "dq", dq, ATTN__DT_ACCUM, pb.B, pb.sq, pb.Hq, pb.Dqk, &dqv));
+  ATTN_CHECK(attn__check_out(ctx, "dk", dk, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dqk, &dkv));
+  ATTN_CHECK(attn__check_out(ctx, "dv", dv, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
   if (pb.sinks && !dsinks)
     return attn__fail(ATTN_ERR_INVALID_ARG, "dsinks is NULL but spec->sinks is set");
   float *delta = malloc((size_t)(pb.B * pb.Hq * pb.sq) * sizeof(float)); /* [B, Hq, Sq] */
@@ -137,7 +137,7 @@ attn_status attn_state_finalize(attn_ctx_t ctx, const attn_spec *spec, const att
   ATTN_CHECK(check_state(st, "st"));
   ATTN_CHECK(head_problem(ctx, spec, st->batch, st->rows, &pb));
   ATTN_CHECK(state_matches(&pb, st));
-  ATTN_CHECK(attn__check_out(ctx, "o", o, pb.B, pb.sq, pb.Hq, pb.Dv, &ov));
+  ATTN_CHECK(attn__check_out(ctx, "o", o, ATTN__DT_ANY, pb.B, pb.sq, pb.Hq, pb.Dv, &ov));
   return ctx->ops->finalize(ctx, &pb, st, ov, lse);
 }
 
@@ -148,8 +148,8 @@ attn_status attn_bwd_prepare(attn_ctx_t ctx, const attn_spec *spec, const attn_t
   attn__view ov, dov;
   ATTN_CHECK(need(o, "o"));
   ATTN_CHECK(head_problem(ctx, spec, o->shape[0], o->shape[1], &pb));
-  ATTN_CHECK(attn__check_tensor(ctx, "o", o, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &ov));
-  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
+  ATTN_CHECK(attn__check_tensor(ctx, "o", o, ATTN__DT_ANY, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &ov));
+  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, o->dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
   ATTN_CHECK(need(lse, "lse"));
   ATTN_CHECK(need(delta, "delta"));
   return ctx->ops->bwd_prepare(ctx, &pb, ov, dov, lse, delta, pb.sinks ? dsinks : NULL);
@@ -164,15 +164,15 @@ attn_status attn_bwd_block(attn_ctx_t ctx, const attn_spec *spec, const attn_ten
   attn__view dov, dqv, dkv, dvv;
   ATTN_CHECK(attn__make_problem(ctx, spec, q, k, v, pos, &pb));
   ATTN_CHECK(need(pos, "pos"));
-  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
+  ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
   ATTN_CHECK(need(lse, "lse"));
   ATTN_CHECK(need(delta, "delta"));
   if (lse_rows < pb.q_row0 + pb.sq)
     return attn__fail(ATTN_ERR_INVALID_ARG, "lse_rows=%lld is less than q_row0+rows=%lld",
                       (long long)lse_rows, (long long)(pb.q_row0 + pb.sq));
-  ATTN_CHECK(attn__check_out(ctx, "dq", dq, pb.B, pb.sq, pb.Hq, pb.Dqk, &dqv));
-  ATTN_CHECK(attn__check_out(ctx, "dk", dk, pb.B, pb.skv, pb.Hkv, pb.Dqk, &dkv));
-  ATTN_CHECK(attn__check_out(ctx, "dv", dv, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
+  ATTN_CHECK(attn__check_out(ctx, "dq", dq, ATTN__DT_ACCUM, pb.B, pb.sq, pb.Hq, pb.Dqk, &dqv));
+  ATTN_CHECK(attn__check_out(ctx, "dk", dk, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dqk, &dkv));
+  ATTN_CHECK(attn__check_out(ctx, "dv", dv, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
   reset_stats(ctx);
   return ctx->ops->bwd_block(ctx, &pb, dov, lse, delta, lse_rows, dqv, dkv, dvv);
 }

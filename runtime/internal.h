@@ -46,6 +46,7 @@ typedef struct {
  * call (the block); positions are global. */
 typedef struct {
   int64_t B, Hq, Hkv, Dqk, Dv;
+  attn_dtype dtype; /* of q, k, v (and o, dout); gradients are float32 accumulators */
   int64_t sq;      /* local query rows in this call */
   int64_t skv;     /* local key rows in this call */
   int64_t q_row0;  /* state / lse row of local query row 0 */

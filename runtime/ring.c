@@ -155,7 +155,7 @@ attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   attn__view ov;
   attn_status st = attn__ring_plan_init(&run.pl, grp, spec, layout, seq_q, seq_kv, q, k, v);
   if (st == ATTN_OK)
-    st = attn__check_out(run.pl.ctx, "o", o, run.pl.B, run.pl.qsh[run.pl.r].rows, run.pl.Hq, run.pl.Dv, &ov);
+    st = attn__check_out(run.pl.ctx, "o", o, ATTN__DT_ANY, run.pl.B, run.pl.qsh[run.pl.r].rows, run.pl.Hq, run.pl.Dv, &ov);
   if (st == ATTN_OK) st = fwd_alloc(&run);
   if (st == ATTN_OK) st = attn__group_steps_reset(grp, run.pl.P);
   st = attn__ring_agree(grp, RING_FWD, spec, layout, seq_q, seq_kv, q, st);

@@ -222,12 +222,12 @@ static attn_status check_bwd_args(const ring_plan *pl, const attn_tensor *o, con
                                   attn_tensor *dv, const float *dsinks) {
   attn__view x;
   const int64_t sq = pl->qsh[pl->r].rows, skv = pl->ksh[pl->r].rows;
-  ATTN_CHECK(attn__check_tensor(pl->ctx, "o", o, (int64_t[4]){pl->B, sq, pl->Hq, pl->Dv}, 0, &x));
-  ATTN_CHECK(attn__check_tensor(pl->ctx, "dout", dout, (int64_t[4]){pl->B, sq, pl->Hq, pl->Dv}, 0, &x));
+  ATTN_CHECK(attn__check_tensor(pl->ctx, "o", o, ATTN__DT_ANY, (int64_t[4]){pl->B, sq, pl->Hq, pl->Dv}, 0, &x));
+  ATTN_CHECK(attn__check_tensor(pl->ctx, "dout", dout, o->dtype, (int64_t[4]){pl->B, sq, pl->Hq, pl->Dv}, 0, &x));
   if (!lse) return attn__fail(ATTN_ERR_INVALID_ARG, "lse is NULL");
-  ATTN_CHECK(attn__check_out(pl->ctx, "dq", dq, pl->B, sq, pl->Hq, pl->Dqk, &x));
-  ATTN_CHECK(attn__check_out(pl->ctx, "dk", dk, pl->B, skv, pl->Hkv, pl->Dqk, &x));
-  ATTN_CHECK(attn__check_out(pl->ctx, "dv", dv, pl->B, skv, pl->Hkv, pl->Dv, &x));
+  ATTN_CHECK(attn__check_out(pl->ctx, "dq", dq, ATTN__DT_ACCUM, pl->B, sq, pl->Hq, pl->Dqk, &x));
+  ATTN_CHECK(attn__check_out(pl->ctx, "dk", dk, ATTN__DT_ACCUM, pl->B, skv, pl->Hkv, pl->Dqk, &x));
+  ATTN_CHECK(attn__check_out(pl->ctx, "dv", dv, ATTN__DT_ACCUM, pl->B, skv, pl->Hkv, pl->Dv, &x));
   attn_spec s;
   ATTN_CHECK(attn__copy_spec(pl->spec, &s));
   if (s.sinks && !dsinks)

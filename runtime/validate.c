@@ -71,6 +71,9 @@ attn_status attn__check_spec(const attn_spec *s) {
 #define MAX_EXTENT (INT64_C(1) << 40)
 
 /* Checks one tensor against its expected shape and the context's device. */
+static attn_status check_shape(const char *name, const attn_tensor *t, const int64_t shape[4],
+                               int is_output, attn__view *view);
+
 static const char *dtype_name(int d) {
   return d == ATTN_F32 ? "F32" : d == ATTN_BF16 ? "BF16" : d == ATTN_F16 ? "F16" : "?";
 }
@@ -80,10 +83,13 @@ static const char *device_name(int d) {
 }
 
 attn_status attn__check_tensor(attn_ctx_t ctx, const char *name, const attn_tensor *t,
-                               const int64_t shape[4], int is_output, attn__view *view) {
+                               int dtype, const int64_t shape[4], int is_output,
+                               attn__view *view) {
   if (!t) return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", name);
   const attn__backend_ops *be = ctx->ops;
-  if ((unsigned)t->dtype > 31u || !((be->dtypes >> t->dtype) & 1u)) {
+  const int accum = dtype == ATTN__DT_ACCUM;
+  if (!(accum && t->dtype == ATTN_F32) &&
+      ((unsigned)t->dtype > 31u || !((be->dtypes >> t->dtype) & 1u))) {
     char have[64] = "";
     for (int d = ATTN_F32; d <= ATTN_F16; d++)
       if ((be->dtypes >> d) & 1u) {
@@ -94,10 +100,23 @@ attn_status attn__check_tensor(attn_ctx_t ctx, const char *name, const attn_tens
                       "%s dtype=%d (%s) is not supported by the %s backend (supported: %s)",
                       name, (int)t->dtype, dtype_name(t->dtype), be->name, have);
   }
+  if ((accum && t->dtype != ATTN_F32) || (dtype >= 0 && (int)t->dtype != dtype))
+    return attn__fail(ATTN_ERR_INVALID_ARG, "%s dtype=%d (%s) must be %s", name, (int)t->dtype,
+                      dtype_name(t->dtype),
+                      accum ? "F32 (gradients are float32 accumulators)"
+                            : dtype == ATTN_F32 ? "F32, the dtype of q, k and v"
+                            : dtype == ATTN_BF16 ? "BF16, the dtype of q, k and v"
+                                                 : "F16, the dtype of q, k and v");
   if (t->device != be->device)
     return attn__fail(ATTN_ERR_UNSUPPORTED,
                       "%s device=%d (%s): the %s backend needs %s tensors", name, (int)t->device,
                       device_name(t->device), be->name, device_name(be->device));
+  return check_shape(name, t, shape, is_output, view);
+}
+
+/* Shape, strides and overlap of one tensor; fills view. */
+static attn_status check_shape(const char *name, const attn_tensor *t, const int64_t shape[4],
+                               int is_output, attn__view *view) {
   for (int d = 0; d < 4; d++) {
     if (t->shape[d] <= 0 || t->shape[d] > MAX_EXTENT)
       return attn__fail(ATTN_ERR_INVALID_ARG, "%s shape[%d]=%lld must be in 1..2^40", name, d,
@@ -211,13 +230,14 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
   const int64_t qs[4] = {pb->B, pb->sq, pb->Hq, pb->Dqk};
   const int64_t ks[4] = {pb->B, pb->skv, pb->Hkv, pb->Dqk};
   const int64_t vs[4] = {pb->B, pb->skv, pb->Hkv, pb->Dv};
-  ATTN_CHECK(attn__check_tensor(ctx, "q", q, qs, 0, &pb->q));
-  ATTN_CHECK(attn__check_tensor(ctx, "k", k, ks, 0, &pb->k));
-  ATTN_CHECK(attn__check_tensor(ctx, "v", v, vs, 0, &pb->v));
+  ATTN_CHECK(attn__check_tensor(ctx, "q", q, -1, qs, 0, &pb->q));
+  ATTN_CHECK(attn__check_tensor(ctx, "k", k, q->dtype, ks, 0, &pb->k));
+  ATTN_CHECK(attn__check_tensor(ctx, "v", v, q->dtype, vs, 0, &pb->v));
   attn_block_pos dpos = ATTN_BLOCK_POS_INIT;
   if (!pos) pos = &dpos;
   ATTN_CHECK(check_pos(pos, pb->sq, pb->skv, &pb->seq_q, &pb->seq_kv));
   ATTN_CHECK(check_varlen(&s, pb->B, pb->seq_q, pb->seq_kv));
+  pb->dtype = q->dtype;
   pb->q_row0 = pos->q_row0;
   pb->q_pos0 = pos->q_pos0;
   pb->k_pos0 = pos->k_pos0;
@@ -235,8 +255,8 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
   return ATTN_OK;
 }
 
-attn_status attn__check_out(attn_ctx_t ctx, const char *name, const attn_tensor *t, int64_t b,
-                            int64_t s, int64_t h, int64_t d, attn__view *view) {
+attn_status attn__check_out(attn_ctx_t ctx, const char *name, const attn_tensor *t, int dtype,
+                            int64_t b, int64_t s, int64_t h, int64_t d, attn__view *view) {
   const int64_t shape[4] = {b, s, h, d};
-  return attn__check_tensor(ctx, name, t, shape, 1, view);
+  return attn__check_tensor(ctx, name, t, dtype, shape, 1, view);
 }
