@@ -128,6 +128,9 @@ typedef struct {
   int32_t num_seqs;
   const attn_block_mask *block_mask; /* or NULL */
 } attn_spec;
+/* The arrays a spec points to (sinks, alibi_slopes, cu_seqlens_*, block_mask->mask) live
+ * where the context's tensors live: host memory for the cpu backend, device memory for
+ * cuda. The attn_spec and attn_block_mask structs themselves are always host memory. */
 
 #define ATTN_SPEC_INIT                                                                   \
   {sizeof(attn_spec), ATTN_SPEC_VERSION, 0, 0, 0, 0, 0.0f, 0, -1, -1, 0.0f, NULL, NULL, \

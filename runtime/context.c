@@ -4,6 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The backends this build has: the one place with an #ifdef, where the table is chosen.
+ * AUTO takes CUDA when the build has it and a device is visible. */
+static attn_status pick_backend(attn_ctx_t ctx) {
+  attn_backend want = ctx->cfg.backend;
+#ifdef ATTN_HAVE_CUDA
+  if (want == ATTN_BACKEND_CUDA || (want == ATTN_BACKEND_AUTO && attn__cuda_device_count() > 0))
+    return attn__cuda_backend(ctx, &ctx->ops);
+#else
+  if (want == ATTN_BACKEND_CUDA)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "backend=cuda: this build has no CUDA backend (configure where nvcc is, "
+                      "-DATTN_CUDA=ON); use cpu or auto");
+#endif
+  return attn__cpu_backend(ctx, &ctx->ops);
+}
+
 attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg_in) {
   if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn_ctx_t *) is NULL");
   *out = NULL;
@@ -25,15 +41,12 @@ attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg_in) {
       cfg.backend != ATTN_BACKEND_CUDA)
     return attn__fail(ATTN_ERR_INVALID_ARG, "cfg.backend=%d is not a backend (0 auto, 1 cpu, 2 cuda)",
                       (int)cfg.backend);
-  if (cfg.backend == ATTN_BACKEND_CUDA)
-    return attn__fail(ATTN_ERR_UNSUPPORTED,
-                      "backend=cuda: this build has no CUDA backend; use cpu or auto");
   if (ATTN_PARAM("FORCE_SCALAR", 0)) cfg.force_scalar = 1;
 
   attn_ctx_t ctx = calloc(1, sizeof *ctx);
   if (!ctx) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "context allocation failed");
   ctx->cfg = cfg;
-  attn_status st = attn__cpu_backend(ctx, &ctx->ops);
+  attn_status st = pick_backend(ctx);
   if (st != ATTN_OK) {
     free(ctx);
     return st;
@@ -45,7 +58,7 @@ attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg_in) {
 
 attn_status attn_ctx_destroy(attn_ctx_t ctx) {
   if (!ctx) return ATTN_OK;
-  free(ctx->backend_data);
+  if (ctx->ops && ctx->ops->release) ctx->ops->release(ctx->backend_data);
   free(ctx);
   return ATTN_OK;
 }

@@ -84,6 +84,8 @@ typedef struct {
   attn_status (*bwd_block)(attn_ctx_t ctx, const attn__problem *pb, attn__view dout,
                            const float *lse, const float *delta, int64_t lse_rows,
                            attn__view dq, attn__view dk, attn__view dv);
+  /* Frees the context's backend_data. */
+  void (*release)(void *backend_data);
 } attn__backend_ops;
 
 struct attn_ctx_s {
@@ -95,6 +97,8 @@ struct attn_ctx_s {
 
 /* Backends (filled in their own folders). */
 attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops);
+attn_status attn__cuda_backend(attn_ctx_t ctx, const attn__backend_ops **ops);
+int attn__cuda_device_count(void);
 
 /* ---- shared helpers --------------------------------------------------------------- */
 /* Allowed key range of query at (sequence-local) position i given off: [lo, hi]

@@ -236,7 +236,13 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
   attn_block_pos dpos = ATTN_BLOCK_POS_INIT;
   if (!pos) pos = &dpos;
   ATTN_CHECK(check_pos(pos, pb->sq, pb->skv, &pb->seq_q, &pb->seq_kv));
-  ATTN_CHECK(check_varlen(&s, pb->B, pb->seq_q, pb->seq_kv));
+  /* cu_seqlens live in the backend's memory: read them here only when that is the host
+   * (a device backend's kernels bound every index by the tensor sizes). */
+  if (ctx->ops->device == ATTN_DEVICE_HOST)
+    ATTN_CHECK(check_varlen(&s, pb->B, pb->seq_q, pb->seq_kv));
+  else if (s.num_seqs && pb->B != 1)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "varlen needs batch=1 (packed sequences), got %lld",
+                      (long long)pb->B);
   pb->dtype = q->dtype;
   pb->q_row0 = pos->q_row0;
   pb->q_pos0 = pos->q_pos0;

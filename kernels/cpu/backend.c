@@ -91,10 +91,10 @@ static attn_status cpu_bwd_prepare(attn_ctx_t ctx, const attn__problem *pb, attn
 #define CPU_DTYPES (1u << ATTN_F32)
 static attn__backend_ops ops_avx512 = {
     "cpu-avx512", ATTN_DEVICE_HOST, CPU_DTYPES, attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
-    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block};
+    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block, free};
 static attn__backend_ops ops_scalar = {
     "cpu-scalar", ATTN_DEVICE_HOST, CPU_DTYPES, attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
-    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block};
+    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block, free};
 
 attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
   cpu_backend *be = calloc(1, sizeof *be);
