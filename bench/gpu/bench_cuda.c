@@ -1,0 +1,342 @@
+/* bench_cuda.c — times the attnrun CUDA flash kernels, forward and backward, on the shapes
+ * that bench/gpu/sdpa_bench.py times for PyTorch's SDPA (flash, cuDNN): bf16, head dims
+ * 128 and 64, N = 1K..16K, causal and not, B = tokens / N so every shape fills the GPU.
+ *
+ * Each shape is validated first (sampled rows of O and dQ against the float64 oracle),
+ * then warmed up, then timed with CUDA events: median and min of --reps runs. FLOPs by the
+ * peers' rule: forward 4*B*H*N^2*D (causal: half), backward 2.5x forward. The backward
+ * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
+ * Prints a table; --json FILE appends one JSON record per (shape, pass).
+ * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_attn.h"
+#include "ref.h"
+
+#ifndef BENCH_GIT_SHA
+#define BENCH_GIT_SHA "unknown"
+#endif
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+typedef struct {
+  const char *json, *dtype_name;
+  int dtype, reps, warmup, bwd, det;
+  int64_t tokens, model_dim;
+  int nn, nd;
+  int64_t ns[16];
+  int ds[4];
+} options;
+
+/* Device buffers sized for the largest shape: tokens x model_dim elements per tensor. */
+typedef struct {
+  uint16_t *q, *k, *v, *o, *dout;
+  float *dq, *dk, *dv, *lse, *delta;
+  uint16_t *hq, *hk, *hv, *hdo; /* host copies (for the oracle) */
+  cudaStream_t stream;
+  cudaEvent_t ev[2];
+} buffers;
+
+static uint16_t to_bits(float x, int dtype) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (dtype == ATTN_BF16) return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  /* f16 for |x| < 2: normal range only (inputs are in [-1, 1)) */
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a < 0x38800000u) return (uint16_t)sign; /* flush the few subnormal draws */
+  return (uint16_t)(sign | ((a + 0xFFFu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+}
+
+static float from_bits(uint16_t h, int dtype) {
+  uint32_t u;
+  if (dtype == ATTN_BF16) {
+    u = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    u = e == 0 ? sign : sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void fill_random(uint16_t *x, int64_t n, uint64_t seed, int dtype) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; i++) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x[i] = to_bits((float)((double)(s >> 11) * 0x1.0p-53 * 2.0 - 1.0), dtype);
+  }
+}
+
+static void alloc_buffers(buffers *b, const options *o) {
+  const int64_t n = o->tokens * o->model_dim;
+  CHECK_CUDA(cudaStreamCreate(&b->stream));
+  CHECK_CUDA(cudaEventCreate(&b->ev[0]));
+  CHECK_CUDA(cudaEventCreate(&b->ev[1]));
+  uint16_t **dev[] = {&b->q, &b->k, &b->v, &b->o, &b->dout};
+  for (int i = 0; i < 5; i++) CHECK_CUDA(cudaMalloc((void **)dev[i], (size_t)n * 2));
+  float **f[] = {&b->dq, &b->dk, &b->dv};
+  for (int i = 0; i < 3; i++) CHECK_CUDA(cudaMalloc((void **)f[i], (size_t)n * 4));
+  CHECK_CUDA(cudaMalloc((void **)&b->lse, (size_t)n * 4)); /* >= tokens x heads */
+  CHECK_CUDA(cudaMalloc((void **)&b->delta, (size_t)n * 4));
+  uint16_t **h[] = {&b->hq, &b->hk, &b->hv, &b->hdo};
+  for (int i = 0; i < 4; i++) {
+    *h[i] = malloc((size_t)n * 2);
+    if (!*h[i]) {
+      fprintf(stderr, "host allocation of %lld bytes failed\n", (long long)n * 2);
+      exit(1);
+    }
+    fill_random(*h[i], n, 11 + (uint64_t)i, o->dtype);
+    CHECK_CUDA(cudaMemcpy(*dev[i == 3 ? 4 : i], *h[i], (size_t)n * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+/* ---- validation against the float64 oracle on sampled rows ------------------------------ */
+typedef struct {
+  const buffers *b;
+  int64_t N, H, D;
+  int dtype;
+} fetch_ctx;
+
+static void fetch(void *user, int which, int64_t bb, int64_t s, int64_t h, float *out) {
+  const fetch_ctx *c = user;
+  const uint16_t *src = which == ATTN_REF_Q ? c->b->hq : which == ATTN_REF_K ? c->b->hk
+                        : which == ATTN_REF_V ? c->b->hv : c->b->hdo;
+  const uint16_t *row = src + ((bb * c->N + s) * c->H + h) * c->D;
+  for (int64_t d = 0; d < c->D; d++) out[d] = from_bits(row[d], c->dtype);
+}
+
+/* Max |got - ref| / max |ref| over 4 sampled rows of O (and dQ after a backward). */
+static double check_rows(const buffers *b, const attn_spec *spec, int64_t B, int64_t N,
+                         int64_t H, int64_t D, int dtype, int bwd) {
+  fetch_ctx fc = {b, N, H, D, dtype};
+  attn_ref_problem rp = {spec, B, N, N, fetch, &fc};
+  const int64_t rows[4] = {0, N / 3, 2 * N / 3, N - 1};
+  double err = 0.0, mag = 0.0, ref[256], delta, dsink;
+  uint16_t got16[256];
+  float got32[256];
+  for (int r = 0; r < 4; r++) {
+    const int64_t bb = r % B, h = (r * 7) % H, i = rows[r], at = ((bb * N + i) * H + h) * D;
+    if (!bwd) {
+      attn_ref_fwd_row(&rp, bb, h, i, ref, &delta);
+      CHECK_CUDA(cudaMemcpy(got16, b->o + at, (size_t)D * 2, cudaMemcpyDeviceToHost));
+    } else {
+      attn_ref_bwd_qrow(&rp, bb, h, i, ref, &delta, &dsink);
+      CHECK_CUDA(cudaMemcpy(got32, b->dq + at, (size_t)D * 4, cudaMemcpyDeviceToHost));
+    }
+    for (int64_t d = 0; d < D; d++) {
+      const double g = bwd ? (double)got32[d] : (double)from_bits(got16[d], dtype);
+      err = fmax(err, isfinite(g) ? fabs(g - ref[d]) : INFINITY);
+      mag = fmax(mag, fabs(ref[d]));
+    }
+  }
+  return mag > 0 ? err / mag : err;
+}
+
+/* ---- timing --------------------------------------------------------------------------- */
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct {
+  const attn_cuda_problem *pb;
+  buffers *b;
+  int64_t n_q, n_lse;
+  int bwd, det;
+} run_args;
+
+static attn_status run_once(const run_args *a) {
+  const attn_cuda_problem *pb = a->pb;
+  buffers *b = a->b;
+  attn_cuda_view o = {b->o, pb->q.sb, pb->q.ss, pb->q.sh};
+  if (!a->bwd) return attn_cuda_fwd(pb, o, b->lse, pb->sq, NULL, 0, b->stream);
+  attn_cuda_view dout = {b->dout, pb->q.sb, pb->q.ss, pb->q.sh};
+  attn_cuda_view dq = {b->dq, pb->q.sb, pb->q.ss, pb->q.sh};
+  attn_cuda_view dk = {b->dk, pb->k.sb, pb->k.ss, pb->k.sh};
+  attn_cuda_view dv = {b->dv, pb->v.sb, pb->v.ss, pb->v.sh};
+  CHECK_CUDA(cudaMemsetAsync(b->dq, 0, (size_t)a->n_q * 4, b->stream));
+  CHECK_CUDA(cudaMemsetAsync(b->dk, 0, (size_t)a->n_q * 4, b->stream));
+  CHECK_CUDA(cudaMemsetAsync(b->dv, 0, (size_t)a->n_q * 4, b->stream));
+  attn_status st = attn_cuda_bwd_prepare(pb, o, dout, b->lse, b->delta, NULL, b->stream);
+  if (st != ATTN_OK) return st;
+  return attn_cuda_bwd_block(pb, dout, b->lse, b->delta, pb->sq, dq, dk, dv, a->det, NULL, 0,
+                             b->stream);
+}
+
+static void time_runs(const run_args *a, int warmup, int reps, double *med, double *mn) {
+  double t[256];
+  if (reps > 256) reps = 256;
+  for (int i = 0; i < warmup + reps; i++) {
+    CHECK_CUDA(cudaEventRecord(a->b->ev[0], a->b->stream));
+    if (run_once(a) != ATTN_OK) {
+      fprintf(stderr, "launch failed: %s\n", attn_last_error());
+      exit(1);
+    }
+    CHECK_CUDA(cudaEventRecord(a->b->ev[1], a->b->stream));
+    CHECK_CUDA(cudaEventSynchronize(a->b->ev[1]));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a->b->ev[0], a->b->ev[1]));
+    if (i >= warmup) t[i - warmup] = ms;
+  }
+  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  *mn = t[0];
+}
+
+static void parse_list(const char *s, int64_t *out, int *n, int max) {
+  *n = 0;
+  while (*s && *n < max) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end == 'K' || *end == 'k') v *= 1024, end++;
+    out[(*n)++] = v;
+    s = *end == ',' ? end + 1 : end;
+    if (end == s && *s != ',') break;
+  }
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench_cuda [--json FILE] [--dtype bf16|f16] [--n 1K,2K,..] [--hd 128,64]\n"
+          "                  [--tokens 16384] [--model-dim 2048] [--reps 10] [--warmup 3]\n"
+          "                  [--no-bwd] [--det]\n");
+  exit(2);
+}
+
+static options parse(int argc, char **argv) {
+  options o = {.dtype_name = "bf16", .dtype = ATTN_BF16, .reps = 10, .warmup = 3, .bwd = 1,
+               .tokens = 16384, .model_dim = 2048, .nn = 5, .nd = 2,
+               .ns = {1024, 2048, 4096, 8192, 16384}, .ds = {128, 64}};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json") && v) o.json = argv[++i];
+    else if (!strcmp(a, "--dtype") && v) {
+      o.dtype_name = argv[++i];
+      o.dtype = !strcmp(v, "f16") ? ATTN_F16 : ATTN_BF16;
+    } else if (!strcmp(a, "--n") && v) parse_list(argv[++i], o.ns, &o.nn, 16);
+    else if (!strcmp(a, "--hd") && v) {
+      int64_t d[4];
+      parse_list(argv[++i], d, &o.nd, 4);
+      for (int k = 0; k < o.nd; k++) o.ds[k] = (int)d[k];
+    } else if (!strcmp(a, "--tokens") && v) o.tokens = atoll(argv[++i]);
+    else if (!strcmp(a, "--model-dim") && v) o.model_dim = atoll(argv[++i]);
+    else if (!strcmp(a, "--reps") && v) o.reps = atoi(argv[++i]);
+    else if (!strcmp(a, "--warmup") && v) o.warmup = atoi(argv[++i]);
+    else if (!strcmp(a, "--no-bwd")) o.bwd = 0;
+    else if (!strcmp(a, "--det")) o.det = 1;
+    else usage();
+  }
+  if (o.reps < 1 || o.tokens < 1 || o.model_dim < 1) usage();
+  return o;
+}
+
+int main(int argc, char **argv) {
+  options o = parse(argc, argv);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("bench_cuda: no CUDA device\n");
+    return 77;
+  }
+  struct cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  buffers b;
+  memset(&b, 0, sizeof b);
+  alloc_buffers(&b, &o);
+  FILE *js = o.json ? fopen(o.json, "a") : NULL;
+  if (o.json && !js) {
+    fprintf(stderr, "cannot open %s\n", o.json);
+    return 1;
+  }
+  char date[32];
+  time_t now = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  printf("attnrun CUDA kernels on %s (sm_%d%d, %d SMs), %s, %lld tokens x d_model %lld; "
+         "FLOPs: fwd 4*B*H*N^2*D (causal /2), bwd 2.5x\n",
+         prop.name, prop.major, prop.minor, prop.multiProcessorCount, o.dtype_name,
+         (long long)o.tokens, (long long)o.model_dim);
+  printf("%-4s %-4s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "hd", "N", "B", "H", "causal",
+         "median ms", "min ms", "TFLOP/s", "check");
+  int failed = 0;
+  for (int di = 0; di < o.nd; di++)
+    for (int ni = 0; ni < o.nn; ni++)
+      for (int causal = 0; causal < 2; causal++)
+        for (int pass = 0; pass < 1 + o.bwd; pass++) {
+          const int64_t D = o.ds[di], N = o.ns[ni], H = o.model_dim / D;
+          const int64_t B = o.tokens / N > 0 ? o.tokens / N : 1;
+          attn_spec spec = ATTN_SPEC_INIT;
+          spec.num_heads_q = spec.num_heads_kv = (int32_t)H;
+          spec.head_dim_qk = spec.head_dim_v = (int32_t)D;
+          spec.causal = causal;
+          attn_cuda_problem pb;
+          memset(&pb, 0, sizeof pb);
+          pb.B = B;
+          pb.Hq = pb.Hkv = H;
+          pb.Dqk = pb.Dv = D;
+          pb.sq = pb.skv = pb.seq_q = pb.seq_kv = N;
+          pb.scale = 1.0f / sqrtf((float)D);
+          pb.causal = causal;
+          pb.window_left = pb.window_right = -1;
+          pb.dtype = o.dtype;
+          attn_cuda_view in = {NULL, N * H * D, H * D, D};
+          in.p = b.q;
+          pb.q = in;
+          in.p = b.k;
+          pb.k = in;
+          in.p = b.v;
+          pb.v = in;
+          run_args ra = {&pb, &b, B * N * H * D, B * H * N, 0, o.det};
+          /* validate: one forward (and backward) before timing */
+          if (run_once(&ra) != ATTN_OK) {
+            fprintf(stderr, "hd=%lld: %s\n", (long long)D, attn_last_error());
+            failed = 1;
+            continue;
+          }
+          ra.bwd = pass;
+          if (pass && run_once(&ra) != ATTN_OK) {
+            fprintf(stderr, "bwd hd=%lld: %s\n", (long long)D, attn_last_error());
+            failed = 1;
+            continue;
+          }
+          CHECK_CUDA(cudaStreamSynchronize(b.stream));
+          const double rel = check_rows(&b, &spec, B, N, H, D, o.dtype, pass);
+          const int ok = rel <= (pass ? 3e-2 : 2e-2);
+          failed |= !ok;
+          double med, mn;
+          time_runs(&ra, o.warmup, o.reps, &med, &mn);
+          const double flops = 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0) * (pass ? 2.5 : 1.0);
+          const double tf = flops / (med * 1e-3) / 1e12;
+          printf("%-4s %-4lld %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s\n", pass ? "bwd" : "fwd",
+                 (long long)D, (long long)N, (long long)B, (long long)H, causal ? "yes" : "no", med,
+                 mn, tf, ok ? "ok" : "FAIL");
+          if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
+          fflush(stdout);
+          if (js)
+            fprintf(js,
+                    "{\"impl\": \"attnrun\", \"pass\": \"%s\", \"dtype\": \"%s\", \"hd\": %lld, "
+                    "\"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
+                    "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
+                    "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
+                    "\"git\": \"%s\", \"date\": \"%s\"}\n",
+                    pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)N, (long long)B,
+                    (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
+                    prop.name, BENCH_GIT_SHA, date);
+        }
+  if (js) fclose(js);
+  return failed;
+}

@@ -1,0 +1,141 @@
+# cmake/cuda.cmake — the CUDA backend's build: ATTN_CUDA=AUTO|ON|OFF, the kernel library
+# attnrun_cuda_kernels (one instance .cu per head dim x dtype x causal x direction), the
+# ptxas spill check, the GPU tests (exit 77 without a GPU) and the GPU benchmark; and,
+# whenever tests are built on x86-64, the same kernel source on the CPU emulator
+# (test_cuda_emu), which needs no nvcc.
+#
+# include(cmake/cuda.cmake) from the top level after the attnrun target exists (it links
+# the kernels into attnrun and defines ATTN_HAVE_CUDA=1 there), or from a project of its
+# own (tests/gpu/standalone). Reads ATTN_CUDA, ATTN_CUDA_HEAD_DIMS, ATTN_WERROR,
+# ATTN_BUILD_TESTS, ATTN_BUILD_BENCH, ATTN_SANITIZE; sets ATTN_CUDA_ENABLED.
+include_guard(GLOBAL)
+get_filename_component(ATTN_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+
+set(ATTN_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO|ON|OFF")
+set_property(CACHE ATTN_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(ATTN_CUDA_HEAD_DIMS "64;128" CACHE STRING
+    "Head dims the CUDA kernels are instantiated for (Dqk == Dv), e.g. 64;128")
+if(NOT DEFINED ATTN_BUILD_TESTS)
+  set(ATTN_BUILD_TESTS ON)
+endif()
+if(NOT DEFINED ATTN_BUILD_BENCH)
+  set(ATTN_BUILD_BENCH ON)
+endif()
+
+# Instance sources for the requested head dims; a head dim without files is an error.
+set(ATTN_CUDA_DIR ${ATTN_ROOT}/kernels/cuda)
+set(ATTN_CUDA_INSTANCES "")
+set(ATTN_CUDA_DIM_DEFS "")
+set(ATTN_CUDA_DIMS_STR "")
+foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
+  foreach(pass fwd bwd)
+    foreach(dt bf16 f16)
+      foreach(causal "" "_causal")
+        set(f ${ATTN_CUDA_DIR}/${pass}_hd${hd}_${dt}${causal}.cu)
+        if(NOT EXISTS ${f})
+          message(FATAL_ERROR "ATTN_CUDA_HEAD_DIMS=${ATTN_CUDA_HEAD_DIMS}: head dim ${hd} has "
+                              "no instance ${f}; the kernels exist for 64 and 128")
+        endif()
+        list(APPEND ATTN_CUDA_INSTANCES ${f})
+      endforeach()
+    endforeach()
+  endforeach()
+  list(APPEND ATTN_CUDA_DIM_DEFS ATTN_CUDA_HD_${hd})
+  if(ATTN_CUDA_DIMS_STR)
+    string(APPEND ATTN_CUDA_DIMS_STR ", ")
+  endif()
+  string(APPEND ATTN_CUDA_DIMS_STR "${hd}")
+endforeach()
+
+# ---- the real CUDA build -----------------------------------------------------------------
+set(ATTN_CUDA_ENABLED OFF)
+if(NOT ATTN_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(ATTN_CUDA_ENABLED ON)
+  elseif(ATTN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ATTN_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER "
+                        "or put nvcc on PATH; ATTN_CUDA=AUTO builds without the backend)")
+  else()
+    message(STATUS "attnrun: no CUDA compiler found, the CUDA backend is not built")
+  endif()
+endif()
+
+if(ATTN_CUDA_ENABLED)
+  # Explicit architectures; nothing asks the hardware. sm_80 and sm_90a machine code (the
+  # mma.sync kernels need sm_80+; 90a keeps the door open for wgmma), plus compute_80 PTX.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+    set(CMAKE_CUDA_ARCHITECTURES "80;90a" CACHE STRING "CUDA architectures" FORCE)
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "attnrun: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+                 "architectures ${CMAKE_CUDA_ARCHITECTURES}, head dims ${ATTN_CUDA_DIMS_STR})")
+
+  add_library(attnrun_cuda_kernels STATIC
+    ${ATTN_CUDA_INSTANCES} ${ATTN_CUDA_DIR}/state.cu ${ATTN_CUDA_DIR}/dispatch.c)
+  # Directory-wide flags meant for the C compiler (-Wall, -Werror, -fsanitize=...) reach
+  # this target too, and nvcc rejects them: keep them to its C sources.
+  get_target_property(attn_inherited attnrun_cuda_kernels COMPILE_OPTIONS)
+  if(attn_inherited)
+    set(attn_wrapped "")
+    foreach(opt IN LISTS attn_inherited)
+      list(APPEND attn_wrapped "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${opt}>")
+    endforeach()
+    set_property(TARGET attnrun_cuda_kernels PROPERTY COMPILE_OPTIONS "${attn_wrapped}")
+  endif()
+  target_include_directories(attnrun_cuda_kernels
+    PUBLIC ${ATTN_CUDA_DIR} ${ATTN_ROOT}/include PRIVATE ${ATTN_ROOT}/runtime)
+  target_compile_definitions(attnrun_cuda_kernels PRIVATE ${ATTN_CUDA_DIM_DEFS}
+    "ATTN_CUDA_HEAD_DIMS_STR=\"${ATTN_CUDA_DIMS_STR}\"")
+  set_target_properties(attnrun_cuda_kernels PROPERTIES
+    CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON
+    CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+    C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden)
+  # -Xptxas=-v: registers, stack and spills per kernel; the launcher below keeps each
+  # object's report in ptxas/ for the spill check. -lineinfo: sanitizer and profiler lines.
+  target_compile_options(attnrun_cuda_kernels PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v -lineinfo -Xcompiler=-Wall,-Wextra>)
+  if(ATTN_WERROR)
+    target_compile_options(attnrun_cuda_kernels PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
+  endif()
+  set(ATTN_PTXAS_LOG_DIR ${CMAKE_BINARY_DIR}/ptxas)
+  file(MAKE_DIRECTORY ${ATTN_PTXAS_LOG_DIR})
+  set_target_properties(attnrun_cuda_kernels PROPERTIES CUDA_COMPILER_LAUNCHER
+    "${CMAKE_COMMAND};-DATTN_PTXAS_LOG_DIR=${ATTN_PTXAS_LOG_DIR};-P;${ATTN_ROOT}/cmake/check_spills.cmake;--")
+  target_link_libraries(attnrun_cuda_kernels PUBLIC CUDA::cudart_static)
+
+  if(TARGET attnrun)
+    # attnrun existed before CUDA was enabled: give it the architectures for its link, the
+    # runtime adapter (the backend table, kernels/cuda/backend.c) and the kernels.
+    set_target_properties(attnrun PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+    if(EXISTS ${ATTN_CUDA_DIR}/backend.c)
+      target_sources(attnrun PRIVATE ${ATTN_CUDA_DIR}/backend.c)
+    endif()
+    target_link_libraries(attnrun PRIVATE attnrun_cuda_kernels)
+    target_compile_definitions(attnrun PRIVATE ATTN_HAVE_CUDA=1)
+    target_include_directories(attnrun PRIVATE ${ATTN_CUDA_DIR})
+  endif()
+endif()
+
+# ---- tests and benchmarks ------------------------------------------------------------------
+# The status table (attn__fail, attn_last_error) and the float64 oracle, for test and
+# benchmark programs that link the kernels without libattnrun.
+if(ATTN_BUILD_TESTS OR (ATTN_BUILD_BENCH AND ATTN_CUDA_ENABLED))
+  add_library(attn_cuda_status STATIC ${ATTN_ROOT}/runtime/status.c)
+  target_include_directories(attn_cuda_status PUBLIC ${ATTN_ROOT}/include PRIVATE ${ATTN_ROOT}/runtime)
+  if(NOT TARGET attnrun_ref)
+    add_library(attnrun_ref STATIC ${ATTN_ROOT}/kernels/ref/ref.c)
+    target_include_directories(attnrun_ref PUBLIC ${ATTN_ROOT}/include ${ATTN_ROOT}/kernels/ref)
+    target_link_libraries(attnrun_ref PUBLIC m)
+  endif()
+endif()
+if(ATTN_BUILD_TESTS)
+  enable_testing()
+  add_subdirectory(${ATTN_ROOT}/tests/gpu ${CMAKE_BINARY_DIR}/tests/gpu)
+endif()
+if(ATTN_BUILD_BENCH AND ATTN_CUDA_ENABLED)
+  add_subdirectory(${ATTN_ROOT}/bench/gpu ${CMAKE_BINARY_DIR}/bench/gpu)
+endif()

@@ -1,0 +1,157 @@
+/* common.cuh — what every flash kernel instance includes first: the instance macros
+ * checked, dtype-specific primitive names, the tile shapes, tile loads (cp.async with
+ * zero fill) and the score transform (scale, softcap, ALiBi) in log2 units.
+ *
+ * An instance .cu defines FA_HDQK, FA_HDV, FA_BF16 (1 bf16, 0 f16), FA_CAUSAL and
+ * FA_SUFFIX (e.g. hd128_bf16_causal) and includes fwd_body.cuh or bwd_body.cuh. */
+#ifndef ATTN_CUDA_COMMON_CUH
+#define ATTN_CUDA_COMMON_CUH
+
+#if !defined(FA_HDQK) || !defined(FA_HDV) || !defined(FA_BF16) || !defined(FA_CAUSAL) || \
+    !defined(FA_SUFFIX)
+#error "define FA_HDQK, FA_HDV, FA_BF16, FA_CAUSAL and FA_SUFFIX before including a body"
+#endif
+#if FA_HDQK % 16 != 0 || FA_HDV % 16 != 0
+#error "head dims must be multiples of 16"
+#endif
+
+#include <math.h>
+#include <string.h>
+
+#include "geometry.cuh"
+#include "traits.h"
+
+#define FA_PASTE2(a, b) a##b
+#define FA_PASTE(a, b) FA_PASTE2(a, b)
+#define FA_FN(prefix) FA_PASTE(prefix, FA_SUFFIX) /* FA_FN(flash_fwd_) */
+
+#if FA_BF16
+#define fa_mma fa_mma_bf16
+#define fa_pack fa_pack_bf16
+#else
+#define fa_mma fa_mma_f16
+#define fa_pack fa_pack_f16
+#endif
+
+#define DQK FA_HDQK
+#define DV FA_HDV
+#define SQK (DQK + FA_PAD) /* shared-memory row stride of Q/K tiles, elements */
+#define SV (DV + FA_PAD)   /* of V / dO tiles */
+
+typedef uint16_t fa_elem; /* bf16 or f16 bits */
+
+FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_t h) {
+  return (const fa_elem *)v.p + b * v.sb + s * v.ss + h * v.sh;
+}
+
+/* Rows [0, nrows) of a [rows][D] tile from global rows src + r*stride (r < valid_rows and
+ * keep(r)), zero elsewhere; smem row stride ld. All threads of the CTA take part. */
+#define FA_LOAD_ROWS(dst, ld, src, stride, D, nrows, nthreads, tid, KEEP)              \
+  do {                                                                                  \
+    for (int i_ = (tid); i_ < (nrows) * ((D) / 8); i_ += (nthreads)) {                  \
+      const int r_ = i_ / ((D) / 8), c_ = i_ % ((D) / 8);                               \
+      const int ok_ = (KEEP);                                                           \
+      fa_cp_async16((dst) + r_ * (ld) + c_ * 8, ok_ ? (src) + r_ * (stride) + c_ * 8 : (src), ok_); \
+    }                                                                                   \
+  } while (0)
+
+/* A key tile of a query-major kernel (forward, dQ): local keys [ca, cb). */
+struct fa_ktile {
+  int kt;
+  int ca, cb;
+  int bmv;  /* block-mask verdict over all the CTA's rows */
+  int full; /* every (row, key) pair of the CTA visible */
+};
+
+/* Advances t to the next tile (tiles of bn keys at multiples of bn, clipped to
+ * [kc0, kc1)) that the block mask does not exclude; 0 when none is left. lo_last and
+ * hi_first: key ranges of the CTA's last and first rows (lo and hi grow with the row). */
+FA_DEV int fa_next_ktile(const fa_params &p, const fa_seg &s, int R0, int rows, int bm, int bn,
+                         int lo_last, int hi_first, int kc0, int kc1, fa_ktile &t) {
+  for (t.kt++; t.kt * bn < kc1; t.kt++) {
+    t.ca = fa_max(t.kt * bn, kc0);
+    t.cb = fa_min((t.kt + 1) * bn, kc1);
+    if (t.ca >= t.cb) continue;
+    t.bmv = fa_bm_verdict(p, s, R0, R0 + rows - 1, t.ca, t.cb - 1);
+    if (t.bmv == 0) continue;
+    t.full = rows == bm && t.cb - t.ca == bn && lo_last <= t.ca && hi_first >= t.cb - 1 &&
+             t.bmv == 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* Key ranges of a query-major CTA (rows [R0, R0 + rows) of one segment) as seen by one
+ * thread: the CTA's first and last rows, its warp's first and last rows, the lane's vote
+ * row (lane % 16 of the warp) and the thread's two accumulator rows g and g + 8. They do
+ * not depend on the key tile, so they are computed once. */
+struct fa_qrows {
+  int lo_first, hi_first, lo_last, hi_last;
+  int kc0, kc1; /* keys any row may see */
+  int wn;           /* the warp's valid rows (0..16) */
+  int wlo_last, whi_first, vlo, vhi;
+  int lo_r[2], hi_r[2];
+  int ipos[2]; /* row position + off, in local key coordinates (ALiBi distances) */
+  int qblk[2]; /* block-mask query block of the row */
+};
+
+FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R0, int rows,
+                          int wr0, int lane, fa_qrows &q) {
+  const int g = lane / 4;
+  fa_row_keys(p, causal, s, R0, q.lo_first, q.hi_first);
+  fa_row_keys(p, causal, s, R0 + rows - 1, q.lo_last, q.hi_last);
+  q.kc0 = fa_max(q.lo_first, s.c0);
+  q.kc1 = fa_min(q.hi_last + 1, s.c1);
+  q.wn = rows - wr0 < 0 ? 0 : rows - wr0 > 16 ? 16 : rows - wr0;
+  q.wlo_last = 0;
+  q.whi_first = -1;
+  q.vlo = 1;
+  q.vhi = 0;
+  if (q.wn > 0) {
+    int x, y;
+    fa_row_keys(p, causal, s, R0 + wr0 + q.wn - 1, q.wlo_last, x);
+    fa_row_keys(p, causal, s, R0 + wr0, y, q.whi_first);
+    if ((lane & 15) < q.wn) fa_row_keys(p, causal, s, R0 + wr0 + (lane & 15), q.vlo, q.vhi);
+  }
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int r = wr0 + g + 8 * i;
+    q.lo_r[i] = (int)p.skv;
+    q.hi_r[i] = -1;
+    if (r < rows) fa_row_keys(p, causal, s, R0 + r, q.lo_r[i], q.hi_r[i]);
+    q.ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
+    q.qblk[i] = p.bm ? (R0 + r + s.qpos_row0) / p.bq : 0;
+  }
+}
+
+/* A warp's share of key tile t: 0 idle (nothing visible), 1 full (all 16 rows see every
+ * key of a whole tile: no masking), 2 partial (mask each element). Warp-uniform. */
+FA_DEV int fa_qwarp_mode(const fa_params &p, const fa_seg &s, const fa_qrows &q, int R0,
+                         int wr0, const fa_ktile &t, int bn) {
+  if (q.wn == 0 || !fa_any(q.vlo <= q.vhi && q.vhi >= t.ca && q.vlo <= t.cb - 1)) return 0;
+  const int wbm = t.bmv == 1 ? 1 : fa_bm_verdict(p, s, R0 + wr0, R0 + wr0 + q.wn - 1, t.ca, t.cb - 1);
+  if (wbm == 0) return 0;
+  return q.wn == 16 && t.cb - t.ca == bn && q.wlo_last <= t.ca && q.whi_first >= t.cb - 1 &&
+                 wbm == 1
+             ? 1
+             : 2;
+}
+
+/* Visibility of tile column j (key ca + j) for the thread's row i in a partial tile. */
+FA_DEV int fa_qvisible(const fa_params &p, const fa_seg &s, const fa_qrows &q, int i, int ca,
+                       int cb, int j) {
+  const int key = ca + j;
+  int vis = key >= q.lo_r[i] && key <= q.hi_r[i] && key < cb;
+  if (vis && p.bm) vis = fa_bm_at(p, q.qblk[i], (key + s.kpos_col0) / p.bk);
+  return vis;
+}
+
+/* The softcap / ALiBi transform of a raw dot product x = q.k, to log2 units. */
+FA_DEV float fa_score(const fa_params &p, float x, float alibi2, float dist) {
+  float s = x * p.sc;
+  if (p.cap2 > 0.0f) s = p.cap2 * tanhf(s);
+  if (alibi2 != 0.0f) s -= alibi2 * dist;
+  return s;
+}
+
+#endif

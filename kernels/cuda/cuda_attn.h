@@ -1,0 +1,115 @@
+/* cuda_attn.h — the CUDA backend's C interface: the problem it takes (device pointers,
+ * strided views in bf16/f16), the flash forward / backward launchers with the same
+ * state-carrying block API as the CPU backend, and the workspace query.
+ *
+ * Plain C, no CUDA types: streams are passed as void * (a cudaStream_t; NULL is the
+ * default stream). No call allocates memory or synchronises the host: every launcher only
+ * enqueues work on the stream; scratch memory is the caller's workspace, sized by
+ * attn_cuda_workspace_bytes(). Failures return a status and set attn_last_error() with a
+ * message naming the value and what is supported. Semantics: DESIGN.md §2 (the same as
+ * kernels/cpu): scores s = scale*q.k, softcap, ALiBi, then the mask; causal bottom-right;
+ * sinks once, at finalize; empty rows give O = 0 and LSE = -inf (or the sink).
+ *
+ * Supported by the kernels: dtype bf16 and f16 (float32 storage returns UNSUPPORTED: use
+ * the cpu backend or convert), (Dqk, Dv) pairs built from ATTN_CUDA_HEAD_DIMS (default 64
+ * and 128, Dqk == Dv), compute capability 8.0+. Views need 16-byte aligned data and
+ * strides that are multiples of 8 elements; float32 views (dq, dk, dv, the state) need
+ * 8-byte alignment and even strides. */
+#ifndef ATTN_CUDA_ATTN_H
+#define ATTN_CUDA_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnrun.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A strided device view of a [B, S, H, D] tensor: element (b,s,h,d) at
+ * p[b*sb + s*ss + h*sh + d], in elements of the view's type. */
+typedef struct {
+  void *p;
+  int64_t sb, ss, sh;
+} attn_cuda_view;
+
+/* Everything a kernel needs, resolved (like attn__problem): sizes are local to the call,
+ * positions global. All pointers are device pointers. */
+typedef struct {
+  int64_t B, Hq, Hkv, Dqk, Dv;
+  int64_t sq, skv;        /* local query / key rows of this call */
+  int64_t q_row0;         /* state / lse row of local query row 0 */
+  int64_t q_pos0, k_pos0; /* global positions of local row 0 / key 0 */
+  int64_t seq_q, seq_kv;  /* global lengths: off = seq_kv - seq_q (not varlen) */
+  float scale;            /* resolved, > 0 */
+  float softcap;          /* 0: off */
+  int32_t causal;
+  int64_t window_left, window_right; /* -1: unbounded */
+  const float *sinks;                /* [Hq] or NULL */
+  const float *alibi;                /* [Hq] slopes or NULL */
+  /* varlen: [num_seqs + 1] prefix sums over global packed positions (B == 1) */
+  const int32_t *cu_seqlens_q, *cu_seqlens_kv;
+  int32_t num_seqs; /* 0: not varlen */
+  /* block mask: [num_q_blocks, num_k_blocks] bytes, 1 = visible; NULL: none */
+  const uint8_t *block_mask;
+  int32_t block_q, block_k;
+  int64_t num_q_blocks, num_k_blocks;
+  int32_t dtype; /* attn_dtype: ATTN_BF16 or ATTN_F16 (ATTN_F32 is UNSUPPORTED) */
+  attn_cuda_view q, k, v; /* q [B,sq,Hq,Dqk], k [B,skv,Hkv,Dqk], v [B,skv,Hkv,Dv] */
+} attn_cuda_problem;
+
+/* Checks that the kernels support p (dtype, head dims, alignment, grid limits) without
+ * launching anything. ATTN_OK or UNSUPPORTED / INVALID_ARG with a message. */
+attn_status attn_cuda_check(const attn_cuda_problem *p);
+
+/* Workspace every launcher below needs for p (0 when none: then workspace may be NULL).
+ * One workspace serves any sequence of calls on one stream. */
+size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p);
+
+/* One-shot forward: o [B,sq,Hq,Dv] (p->dtype), lse [B,Hq,lse_rows] float32 at row
+ * q_row0 + i (may be NULL). Sinks from p->sinks. */
+attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *lse,
+                          int64_t lse_rows, void *workspace, size_t workspace_bytes,
+                          void *stream);
+
+/* Folds one K/V block into the float32 state of q's rows (st->m/l/acc device memory,
+ * layouts as attn_state; rows q_row0 .. q_row0 + sq - 1). */
+attn_status attn_cuda_fwd_block(const attn_cuda_problem *p, attn_state *st, void *workspace,
+                                size_t workspace_bytes, void *stream);
+
+/* m = -inf, l = 0, acc = 0. */
+attn_status attn_cuda_state_init(attn_state *st, void *stream);
+/* dst := merge(dst, src): states of the same rows over disjoint key sets. */
+attn_status attn_cuda_state_merge(attn_state *dst, const attn_state *src, void *stream);
+/* o [B, st->rows, Hq, Dv] (p->dtype) and lse [B, Hq, st->rows] (may be NULL) from the
+ * state; sinks (p->sinks) enter here, once. Uses p's B, Hq, Dv, sinks and dtype. */
+attn_status attn_cuda_finalize(const attn_cuda_problem *p, const attn_state *st,
+                               attn_cuda_view o, float *lse, void *stream);
+
+/* delta [B,Hq,sq] = rowsum(dO * O) (float32); dsinks [Hq] += -sum_i e^(sink-lse_i)*delta_i
+ * (may be NULL; summed in a fixed order). o, dout [B,sq,Hq,Dv] in p->dtype; lse [B,Hq,sq].
+ * Uses p's B, Hq, Dv, sq, sinks and dtype. */
+attn_status attn_cuda_bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o,
+                                  attn_cuda_view dout, const float *lse, float *delta,
+                                  float *dsinks, void *stream);
+
+/* Accumulates (+=) this K/V block's gradient into float32 dq [B,sq,Hq,Dqk],
+ * dk [B,skv,Hkv,Dqk], dv [B,skv,Hkv,Dv] (float32 accumulators whatever p->dtype).
+ * dout [B,sq,Hq,Dv] in p->dtype; lse, delta [B,Hq,lse_rows] at row q_row0 + i.
+ * deterministic = 0: dQ through float32 atomics (fast, bitwise results may vary run to
+ * run); 1: dQ from a second kernel that owns its rows (bitwise repeatable, ~1.4x the
+ * arithmetic). dK and dV are always deterministic. */
+attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
+                                const float *lse, const float *delta, int64_t lse_rows,
+                                attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,
+                                int deterministic, void *workspace, size_t workspace_bytes,
+                                void *stream);
+
+/* "64, 128" — the (Dqk[xDv]) head dims this build instantiated. */
+const char *attn_cuda_head_dims(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,301 @@
+/* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
+ * message naming the value and the supported set otherwise), the workspace layout, and a
+ * plain switch on (head dim, dtype, causal) to the instance launchers. Plain C: no CUDA
+ * headers; launch errors come back as cudaError_t values and are worded here. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../runtime/internal.h"
+#include "instance.h"
+
+#ifndef ATTN_CUDA_HEAD_DIMS_STR
+#define ATTN_CUDA_HEAD_DIMS_STR "none"
+#endif
+
+typedef struct {
+  fa_launcher fwd, bwd;
+  const char *name;
+} fa_instance;
+
+#define INST(sfx) {attn_cuda__fwd_##sfx, attn_cuda__bwd_##sfx, #sfx}
+/* [dtype: bf16, f16][causal: no, yes] */
+#define INSTANCE_SET(hd) \
+  {{INST(hd##_bf16), INST(hd##_bf16_causal)}, {INST(hd##_f16), INST(hd##_f16_causal)}}
+#define DECLARE_SET(hd)                   \
+  FA_DECLARE_INSTANCE(hd##_bf16)          \
+  FA_DECLARE_INSTANCE(hd##_bf16_causal)   \
+  FA_DECLARE_INSTANCE(hd##_f16)           \
+  FA_DECLARE_INSTANCE(hd##_f16_causal)
+
+#ifdef ATTN_CUDA_HD_64
+DECLARE_SET(hd64)
+#endif
+#ifdef ATTN_CUDA_HD_128
+DECLARE_SET(hd128)
+#endif
+
+static const fa_instance *find_instance(int64_t dqk, int64_t dv, int dtype, int causal) {
+  const int d = dtype == ATTN_BF16 ? 0 : 1, c = causal ? 1 : 0;
+  (void)d;
+  (void)c;
+  switch (dqk) {
+#ifdef ATTN_CUDA_HD_64
+    case 64: {
+      static const fa_instance set[2][2] = INSTANCE_SET(hd64);
+      if (dv == 64) return &set[d][c];
+      break;
+    }
+#endif
+#ifdef ATTN_CUDA_HD_128
+    case 128: {
+      static const fa_instance set[2][2] = INSTANCE_SET(hd128);
+      if (dv == 128) return &set[d][c];
+      break;
+    }
+#endif
+    default:
+      break;
+  }
+  return NULL;
+}
+
+const char *attn_cuda_head_dims(void) { return ATTN_CUDA_HEAD_DIMS_STR; }
+
+static attn_status check_view(const char *name, attn_cuda_view v, int is_float) {
+  if (!v.p) return attn__fail(ATTN_ERR_INVALID_ARG, "%s (device pointer) is NULL", name);
+  const int align = is_float ? 8 : 16, mult = is_float ? 2 : 8;
+  if ((uintptr_t)v.p % (uintptr_t)align)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "%s=%p is not %d-byte aligned; the cuda kernels need aligned rows "
+                      "(cudaMalloc gives 256-byte alignment)",
+                      name, v.p, align);
+  if (v.sb % mult || v.ss % mult || v.sh % mult || v.sb < 0 || v.ss < 0 || v.sh < 0)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "%s strides (b=%lld, s=%lld, h=%lld) must be non-negative multiples of %d "
+                      "elements for the cuda kernels",
+                      name, (long long)v.sb, (long long)v.ss, (long long)v.sh, mult);
+  return ATTN_OK;
+}
+
+static attn_status check_dtype(int dtype) {
+  if (dtype == ATTN_BF16 || dtype == ATTN_F16) return ATTN_OK;
+  if (dtype == ATTN_F32)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "dtype=f32 is not supported by the cuda kernels (supported: bf16, f16); "
+                      "convert the tensors to bf16/f16 or use the cpu backend");
+  return attn__fail(ATTN_ERR_INVALID_ARG, "dtype=%d is not an attn_dtype", dtype);
+}
+
+static attn_status check_device(void) {
+  const int cc = attn_cuda__device_cc();
+  if (cc && cc < 80)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "the cuda kernels need compute capability 8.0 or newer (mma.sync bf16, "
+                      "cp.async); this device is %d.%d",
+                      cc / 10, cc % 10);
+  return ATTN_OK;
+}
+
+attn_status attn_cuda_check(const attn_cuda_problem *p) {
+  if (!p) return attn__fail(ATTN_ERR_INVALID_ARG, "problem is NULL");
+  ATTN_CHECK(check_dtype(p->dtype));
+  if (!find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) {
+    if (p->Dqk == p->Dv)
+      return attn__fail(ATTN_ERR_UNSUPPORTED,
+                        "head_dim=%lld is not supported by the cuda backend (built: %s); "
+                        "rebuild with -DATTN_CUDA_HEAD_DIMS to add it, or use the cpu backend",
+                        (long long)p->Dqk, ATTN_CUDA_HEAD_DIMS_STR);
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "head_dim_qk=%lld with head_dim_v=%lld is not supported by the cuda "
+                      "backend (built: %s, each with Dv == Dqk); use the cpu backend",
+                      (long long)p->Dqk, (long long)p->Dv, ATTN_CUDA_HEAD_DIMS_STR);
+  }
+  if (p->B < 1 || p->B > 65535 || p->Hq < 1 || p->Hq > 65535 || p->Hkv < 1 || p->Hq % p->Hkv)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "B=%lld Hq=%lld Hkv=%lld: the cuda kernels need 1 <= B, Hq <= 65535 "
+                      "(grid limits) and Hq %% Hkv == 0",
+                      (long long)p->B, (long long)p->Hq, (long long)p->Hkv);
+  if (p->sq < 1 || p->skv < 1 || p->sq > INT32_MAX / 2 || p->skv > INT32_MAX / 2)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "sq=%lld skv=%lld: the cuda kernels take 1 .. 2^30 rows per call",
+                      (long long)p->sq, (long long)p->skv);
+  const int64_t lim = INT64_C(1) << 30; /* the kernels index positions in 32 bits */
+  if (p->q_pos0 < 0 || p->k_pos0 < 0 || p->q_pos0 + p->sq > lim || p->k_pos0 + p->skv > lim ||
+      p->seq_q > lim || p->seq_kv > lim || p->q_row0 < 0)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "positions q_pos0=%lld+%lld k_pos0=%lld+%lld seq_q=%lld seq_kv=%lld: the cuda "
+                      "kernels take sequences of up to 2^30 positions",
+                      (long long)p->q_pos0, (long long)p->sq, (long long)p->k_pos0,
+                      (long long)p->skv, (long long)p->seq_q, (long long)p->seq_kv);
+  if (!(p->scale > 0.0f) || !(p->softcap >= 0.0f))
+    return attn__fail(ATTN_ERR_INVALID_ARG, "scale=%g must be > 0 and softcap=%g >= 0",
+                      (double)p->scale, (double)p->softcap);
+  if (p->num_seqs < 0 || (p->num_seqs > 0 && (!p->cu_seqlens_q || !p->cu_seqlens_kv || p->B != 1)))
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "varlen needs B=1 and both cu_seqlens device arrays (num_seqs=%d, B=%lld)",
+                      p->num_seqs, (long long)p->B);
+  if (p->block_mask && (p->block_q < 1 || p->block_k < 1 || p->num_q_blocks < 1 || p->num_k_blocks < 1))
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "block mask sizes block_q=%d block_k=%d num_q_blocks=%lld num_k_blocks=%lld "
+                      "must be positive",
+                      p->block_q, p->block_k, (long long)p->num_q_blocks, (long long)p->num_k_blocks);
+  ATTN_CHECK(check_view("q", p->q, 0));
+  ATTN_CHECK(check_view("k", p->k, 0));
+  ATTN_CHECK(check_view("v", p->v, 0));
+  return check_device();
+}
+
+/* Workspace: the query-tile table, then the key-tile table (varlen only). */
+static int64_t table_bytes(int64_t rows, int32_t num_seqs) {
+  return (attn_cuda__table_entries(rows, num_seqs) * 16 + 255) / 256 * 256;
+}
+
+size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p) {
+  if (!p || p->num_seqs <= 0) return 0;
+  return (size_t)(table_bytes(p->sq, p->num_seqs) + table_bytes(p->skv, p->num_seqs));
+}
+
+static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fa_call *c) {
+  size_t need = attn_cuda_workspace_bytes(p);
+  if (!need) return ATTN_OK;
+  if (!ws || bytes < need)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "workspace of %zu bytes at %p is too small: attn_cuda_workspace_bytes() "
+                      "asks %zu for this problem",
+                      bytes, ws, need);
+  if ((uintptr_t)ws % 16)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "workspace %p is not 16-byte aligned", ws);
+  c->tiles_q = (int32_t *)ws;
+  c->tiles_k = (int32_t *)((char *)ws + table_bytes(p->sq, p->num_seqs));
+  return ATTN_OK;
+}
+
+static attn_status launched(int err, const char *what, const fa_instance *in) {
+  if (!err) return ATTN_OK;
+  return attn__fail(ATTN_ERR_CUDA, "%s (%s) failed to launch: %s", what, in ? in->name : "generic",
+                    attn_cuda__error_string(err));
+}
+
+attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *lse,
+                          int64_t lse_rows, void *workspace, size_t workspace_bytes,
+                          void *stream) {
+  ATTN_CHECK(attn_cuda_check(p));
+  ATTN_CHECK(check_view("o", o, 0));
+  if (lse && lse_rows < p->q_row0 + p->sq)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "lse_rows=%lld is less than q_row0+sq=%lld",
+                      (long long)lse_rows, (long long)(p->q_row0 + p->sq));
+  fa_call c;
+  memset(&c, 0, sizeof c);
+  c.pb = p;
+  c.o = o;
+  c.lse = lse;
+  c.lse_rows = lse_rows;
+  c.stream = stream;
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  return launched(in->fwd(&c), "flash forward", in);
+}
+
+static attn_status check_state(const attn_cuda_problem *p, const attn_state *st) {
+  if (!st || !st->m || !st->l || !st->acc)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "state or one of its m/l/acc pointers is NULL");
+  if ((uintptr_t)st->acc % 8)
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "state acc=%p is not 8-byte aligned", (void *)st->acc);
+  if (p && (st->batch != p->B || st->heads != p->Hq || st->head_dim_v != p->Dv ||
+            p->q_row0 + p->sq > st->rows))
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "state [B=%lld, Hq=%lld, rows=%lld, Dv=%lld] does not fit rows %lld..%lld "
+                      "of B=%lld Hq=%lld Dv=%lld",
+                      (long long)st->batch, (long long)st->heads, (long long)st->rows,
+                      (long long)st->head_dim_v, (long long)p->q_row0,
+                      (long long)(p->q_row0 + p->sq), (long long)p->B, (long long)p->Hq,
+                      (long long)p->Dv);
+  return ATTN_OK;
+}
+
+attn_status attn_cuda_fwd_block(const attn_cuda_problem *p, attn_state *st, void *workspace,
+                                size_t workspace_bytes, void *stream) {
+  ATTN_CHECK(attn_cuda_check(p));
+  ATTN_CHECK(check_state(p, st));
+  fa_call c;
+  memset(&c, 0, sizeof c);
+  c.pb = p;
+  c.st = st;
+  c.stream = stream;
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  return launched(in->fwd(&c), "flash forward (block)", in);
+}
+
+attn_status attn_cuda_state_init(attn_state *st, void *stream) {
+  ATTN_CHECK(check_state(NULL, st));
+  return launched(attn_cuda__state_init(st, stream), "state init", NULL);
+}
+
+attn_status attn_cuda_state_merge(attn_state *dst, const attn_state *src, void *stream) {
+  ATTN_CHECK(check_state(NULL, dst));
+  ATTN_CHECK(check_state(NULL, src));
+  if (dst->batch != src->batch || dst->heads != src->heads || dst->rows != src->rows ||
+      dst->head_dim_v != src->head_dim_v)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "dst and src states have different sizes");
+  return launched(attn_cuda__state_merge(dst, src, stream), "state merge", NULL);
+}
+
+attn_status attn_cuda_finalize(const attn_cuda_problem *p, const attn_state *st,
+                               attn_cuda_view o, float *lse, void *stream) {
+  if (!p) return attn__fail(ATTN_ERR_INVALID_ARG, "problem is NULL");
+  ATTN_CHECK(check_dtype(p->dtype));
+  ATTN_CHECK(check_state(NULL, st));
+  if (st->batch != p->B || st->heads != p->Hq || st->head_dim_v != p->Dv)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "state [B=%lld, Hq=%lld, Dv=%lld] does not match "
+                      "the problem's B=%lld Hq=%lld Dv=%lld",
+                      (long long)st->batch, (long long)st->heads, (long long)st->head_dim_v,
+                      (long long)p->B, (long long)p->Hq, (long long)p->Dv);
+  ATTN_CHECK(check_view("o", o, 0));
+  return launched(attn_cuda__finalize(p, st, o, lse, stream), "state finalize", NULL);
+}
+
+attn_status attn_cuda_bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o,
+                                  attn_cuda_view dout, const float *lse, float *delta,
+                                  float *dsinks, void *stream) {
+  if (!p) return attn__fail(ATTN_ERR_INVALID_ARG, "problem is NULL");
+  ATTN_CHECK(check_dtype(p->dtype));
+  ATTN_CHECK(check_view("o", o, 0));
+  ATTN_CHECK(check_view("dout", dout, 0));
+  if (!lse || !delta) return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", !lse ? "lse" : "delta");
+  if (p->sinks && p->Hq > 65535)
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "Hq=%lld is past the grid limit 65535", (long long)p->Hq);
+  return launched(attn_cuda__bwd_prepare(p, o, dout, lse, delta, dsinks, stream),
+                  "backward prepare", NULL);
+}
+
+attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
+                                const float *lse, const float *delta, int64_t lse_rows,
+                                attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,
+                                int deterministic, void *workspace, size_t workspace_bytes,
+                                void *stream) {
+  ATTN_CHECK(attn_cuda_check(p));
+  ATTN_CHECK(check_view("dout", dout, 0));
+  ATTN_CHECK(check_view("dq", dq, 1));
+  ATTN_CHECK(check_view("dk", dk, 1));
+  ATTN_CHECK(check_view("dv", dv, 1));
+  if (!lse || !delta) return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", !lse ? "lse" : "delta");
+  if (lse_rows < p->q_row0 + p->sq)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "lse_rows=%lld is less than q_row0+sq=%lld",
+                      (long long)lse_rows, (long long)(p->q_row0 + p->sq));
+  fa_call c;
+  memset(&c, 0, sizeof c);
+  c.pb = p;
+  c.dout = dout;
+  c.lse_in = lse;
+  c.delta = delta;
+  c.lse_rows = lse_rows;
+  c.dq = dq;
+  c.dk = dk;
+  c.dv = dv;
+  c.deterministic = deterministic != 0;
+  c.stream = stream;
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  return launched(in->bwd(&c), "flash backward", in);
+}

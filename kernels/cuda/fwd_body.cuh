@@ -1,0 +1,252 @@
+/* fwd_body.cuh — the flash forward kernel (mma.sync m16n8k16, float32 online softmax in
+ * registers, cp.async double-buffered K/V tiles) and its launcher, instantiated once per
+ * (head dims, dtype, causal) by the fwd_*.cu files.
+ *
+ * A CTA owns FA_FWD_BM query rows of one (batch, head) — one sequence's rows under varlen —
+ * and walks the key tiles of their visible range; tiles the block mask excludes are never
+ * loaded. Each warp owns 16 rows and, per tile, is either idle (nothing visible), full
+ * (every pair visible: no masking arithmetic) or partial (per-element mask by select).
+ * Keys that no row of the CTA sees are zero-filled as they are loaded, so NaN/Inf sitting
+ * in masked K/V cannot reach the tensor-core products. One shot: O and LSE are written,
+ * with the sink in the denominator; block mode: the (m, l, acc) state is read and written
+ * back (sinks are left to finalize). */
+#include "common.cuh"
+
+#define F_WARPS FA_FWD_WARPS
+#define F_THREADS (32 * FA_FWD_WARPS)
+#define F_BM FA_FWD_BM
+#define F_BN FA_FWD_BN
+#define F_SMEM_BYTES ((F_BM * SQK + 2 * F_BN * SQK + 2 * F_BN * SV) * 2)
+
+FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
+  FA_SMEM(smem);
+  fa_elem *sQ = (fa_elem *)smem;     /* [F_BM][SQK] */
+  fa_elem *sK = sQ + F_BM * SQK;     /* [2][F_BN][SQK] */
+  fa_elem *sV = sK + 2 * F_BN * SQK; /* [2][F_BN][SV] */
+  const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tg = lane % 4;
+  const int b = (int)blockIdx.z, h = (int)blockIdx.y, hk = h / (int)p.group;
+
+  int t = (int)blockIdx.x;
+  if (FA_CAUSAL && !p.table) t = (int)p.ntiles - 1 - t; /* longest rows first */
+  fa_tile tile;
+  if (!fa_get_tile(p, t, F_BM, (int)p.sq, tile)) return;
+  const fa_seg s = fa_make_seg(p, tile.seg);
+  const int R0 = tile.r0;
+  const int rows = tile.rows, wr0 = 16 * warp;
+  fa_qrows q;
+  fa_qrows_init(p, FA_CAUSAL, s, R0, rows, wr0, lane, q);
+  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
+
+  const fa_elem *gQ = fa_at(p.q, b, R0, h);
+  const fa_elem *gK = fa_at(p.k, b, 0, hk);
+  const fa_elem *gV = fa_at(p.v, b, 0, hk);
+  FA_LOAD_ROWS(sQ, SQK, gQ, p.q.ss, DQK, F_BM, F_THREADS, tid, r_ < rows);
+
+  /* K/V rows of keys outside the tile or seen by none of the CTA's rows are zero-filled. */
+#define F_LOAD_KV(T, BUF)                                                                     \
+  do {                                                                                        \
+    const fa_ktile &T_ = (T);                                                                 \
+    const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
+    FA_LOAD_ROWS(sK + (BUF) * F_BN * SQK, SQK, k_, p.k.ss, DQK, F_BN, F_THREADS, tid,          \
+                 r_ < T_.cb - T_.ca &&                                                        \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+    FA_LOAD_ROWS(sV + (BUF) * F_BN * SV, SV, v_, p.v.ss, DV, F_BN, F_THREADS, tid,             \
+                 r_ < T_.cb - T_.ca &&                                                        \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+  } while (0)
+  fa_ktile cur = {0, 0, 0, 0, 0};
+  cur.kt = q.kc0 / F_BN - 1;
+  int have = q.kc0 < q.kc1 &&
+             fa_next_ktile(p, s, R0, rows, F_BM, F_BN, q.lo_last, q.hi_first, q.kc0, q.kc1, cur);
+  if (have) F_LOAD_KV(cur, 0);
+  fa_cp_commit();
+
+  /* Online-softmax state of rows g and g + 8, log2 units; l is this thread's share. */
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float acc[DV / 8][4];
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++)
+    FA_UNROLL
+    for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+  if (p.block_mode) {
+    FA_UNROLL
+    for (int i = 0; i < 2; i++) {
+      const int r = wr0 + g + 8 * i;
+      if (r >= rows) continue;
+      const int64_t row = (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r;
+      m[i] = p.st_m[row] * FA_LOG2E;
+      l[i] = tg == 0 ? p.st_l[row] : 0.0f;
+      const float *a = p.st_acc + row * DV;
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++) {
+        acc[n][2 * i] = a[n * 8 + 2 * tg];
+        acc[n][2 * i + 1] = a[n * 8 + 2 * tg + 1];
+      }
+    }
+  }
+
+  uint32_t qf[DQK / 16][4];
+  for (int it = 0;; it++) {
+    fa_cp_wait_all();
+    FA_SYNC(); /* tile `it` landed everywhere; buffer (it+1)&1 is free */
+    if (it == 0) {
+      FA_UNROLL
+      for (int kk = 0; kk < DQK / 16; kk++)
+        fa_ldsm_x4(qf[kk], sQ + (wr0 + (lane & 15)) * SQK + kk * 16 + (lane >> 4) * 8);
+    }
+    if (!have) break;
+    fa_ktile nxt = cur;
+    const int have_next =
+        fa_next_ktile(p, s, R0, rows, F_BM, F_BN, q.lo_last, q.hi_first, q.kc0, q.kc1, nxt);
+    if (have_next) F_LOAD_KV(nxt, (it + 1) & 1);
+    fa_cp_commit();
+
+    const int mode = fa_qwarp_mode(p, s, q, R0, wr0, cur, F_BN);
+    if (mode) {
+      const int ca = cur.ca, cb = cur.cb;
+      const fa_elem *kb = sK + (it & 1) * F_BN * SQK, *vb = sV + (it & 1) * F_BN * SV;
+      float S[F_BN / 8][4];
+      FA_UNROLL
+      for (int n = 0; n < F_BN / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) S[n][e] = 0.0f;
+      FA_UNROLL
+      for (int kk = 0; kk < DQK / 16; kk++)
+        FA_UNROLL
+        for (int n = 0; n < F_BN / 8; n += 2) {
+          uint32_t bf[4];
+          fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
+          fa_mma(S[n], qf[kk], bf[0], bf[1]);
+          fa_mma(S[n + 1], qf[kk], bf[2], bf[3]);
+        }
+      /* Scores to log2 units, masked by select; row maxima over the quad. */
+      float mx[2] = {m[0], m[1]};
+      const float base[2] = {(float)(q.ipos[0] - ca), (float)(q.ipos[1] - ca)};
+      FA_UNROLL
+      for (int n = 0; n < F_BN / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int i = e >> 1, j = n * 8 + 2 * tg + (e & 1);
+          float x = fa_score(p, S[n][e], alibi2, fabsf(base[i] - (float)j));
+          if (mode == 2 && !fa_qvisible(p, s, q, i, ca, cb, j)) x = -INFINITY;
+          S[n][e] = x;
+          mx[i] = fmaxf(mx[i], x);
+        }
+      float alpha[2], mu[2];
+      FA_UNROLL
+      for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 2));
+        mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* nothing visible yet: P = 0, not NaN */
+        alpha[i] = exp2f(m[i] - mu[i]);
+        m[i] = mx[i];
+        l[i] *= alpha[i];
+      }
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) acc[n][e] *= alpha[e >> 1];
+      FA_UNROLL
+      for (int n = 0; n < F_BN / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const float pv = exp2f(S[n][e] - mu[e >> 1]);
+          S[n][e] = pv;
+          l[e >> 1] += pv;
+        }
+      /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
+      FA_UNROLL
+      for (int kc = 0; kc < F_BN / 16; kc++) {
+        uint32_t pa[4];
+        pa[0] = fa_pack(S[2 * kc][0], S[2 * kc][1]);
+        pa[1] = fa_pack(S[2 * kc][2], S[2 * kc][3]);
+        pa[2] = fa_pack(S[2 * kc + 1][0], S[2 * kc + 1][1]);
+        pa[3] = fa_pack(S[2 * kc + 1][2], S[2 * kc + 1][3]);
+        FA_UNROLL
+        for (int n = 0; n < DV / 8; n += 2) {
+          uint32_t bf[4];
+          fa_ldsm_x4_t(bf, vb + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SV + n * 8 + (lane >> 4) * 8);
+          fa_mma(acc[n], pa, bf[0], bf[1]);
+          fa_mma(acc[n + 1], pa, bf[2], bf[3]);
+        }
+      }
+    }
+    cur = nxt;
+    have = have_next;
+  }
+#undef F_LOAD_KV
+
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    l[i] += fa_shfl_xor(l[i], 1);
+    l[i] += fa_shfl_xor(l[i], 2);
+  }
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int r = wr0 + g + 8 * i;
+    if (r >= rows) continue;
+    if (p.block_mode) {
+      const int64_t row = (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r;
+      if (tg == 0) {
+        p.st_m[row] = m[i] / FA_LOG2E;
+        p.st_l[row] = l[i];
+      }
+      float *a = p.st_acc + row * DV;
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++) {
+        a[n * 8 + 2 * tg] = acc[n][2 * i];
+        a[n * 8 + 2 * tg + 1] = acc[n][2 * i + 1];
+      }
+      continue;
+    }
+    const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
+    const float top = fmaxf(m[i], sink2);
+    float inv = 0.0f, lse2 = -INFINITY;
+    if (top != -INFINITY) {
+      const float sm = exp2f(m[i] - top), z = l[i] * sm + exp2f(sink2 - top);
+      inv = sm / z;
+      lse2 = top + log2f(z);
+    }
+    fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
+    FA_UNROLL
+    for (int n = 0; n < DV / 8; n++)
+      *(uint32_t *)(o + n * 8 + 2 * tg) = fa_pack(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
+    if (tg == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
+  }
+}
+
+extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
+  fa_params p = fa_params_make(c);
+  p.o = c->o;
+  p.lse = c->lse;
+  p.lse_rows = c->lse_rows;
+  if (c->st) {
+    p.block_mode = 1;
+    p.st_m = c->st->m;
+    p.st_l = c->st->l;
+    p.st_acc = c->st->acc;
+    p.st_rows = c->st->rows;
+  }
+  const attn_cuda_problem *pb = c->pb;
+  int64_t grid_x = (pb->sq + F_BM - 1) / F_BM;
+  if (pb->num_seqs) {
+    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
+                                     0, 0, F_BM, c->tiles_q, c->stream);
+    if (err) return err;
+    p.table = c->tiles_q;
+    grid_x += pb->num_seqs;
+  }
+  p.ntiles = grid_x;
+#ifndef ATTN_CUDA_EMULATE
+  cudaError_t e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       F_SMEM_BYTES);
+  if (e != cudaSuccess) return (int)e;
+#endif
+  FA_LAUNCH(FA_FN(flash_fwd_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+            dim3(F_THREADS), F_SMEM_BYTES, c->stream, p);
+#ifndef ATTN_CUDA_EMULATE
+  return (int)cudaGetLastError();
+#else
+  return 0;
+#endif
+}

@@ -1,0 +1,7 @@
+/* fwd_hd64_bf16_causal.cu — flash forward instance: head dim 64, bf16, causal. */
+#define FA_HDQK 64
+#define FA_HDV 64
+#define FA_BF16 1
+#define FA_CAUSAL 1
+#define FA_SUFFIX hd64_bf16_causal
+#include "fwd_body.cuh"

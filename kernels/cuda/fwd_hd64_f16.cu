@@ -1,0 +1,7 @@
+/* fwd_hd64_f16.cu — flash forward instance: head dim 64, f16, not causal. */
+#define FA_HDQK 64
+#define FA_HDV 64
+#define FA_BF16 0
+#define FA_CAUSAL 0
+#define FA_SUFFIX hd64_f16
+#include "fwd_body.cuh"

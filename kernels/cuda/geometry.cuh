@@ -1,0 +1,206 @@
+/* geometry.cuh — where the CUDA kernels' tiles fall, shared by every kernel: the kernel
+ * parameter block, varlen segments, the visible key range of a query row and its inverse
+ * (the query rows that see a key), block-mask verdicts, and the tile tables. The same
+ * rules as kernels/cpu/tiles.c, restated for the device (and the emulator). */
+#ifndef ATTN_CUDA_GEOMETRY_CUH
+#define ATTN_CUDA_GEOMETRY_CUH
+
+#include "device.cuh"
+#include "instance.h"
+
+/* Kernel parameters (passed by value). Views are in elements of their type. */
+struct fa_params {
+  int64_t B, Hq, Hkv, group; /* group = Hq / Hkv */
+  int64_t sq, skv, q_row0, q_pos0, k_pos0, seq_q, seq_kv;
+  float sc;     /* scores to log2 units: scale*log2e, or scale/softcap with softcap */
+  float cap2;   /* softcap*log2e; 0: off */
+  float dscale; /* d(raw score)/d(q.k) without softcap: scale */
+  int wl, wr;   /* window; -1 unbounded; clamped to 2^30 (longer than any sequence) */
+  const float *sinks, *alibi;
+  const int32_t *cu_q, *cu_kv;
+  int32_t num_seqs;
+  const uint8_t *bm;
+  int bq, bk;
+  int nqb, nkb;
+  attn_cuda_view q, k, v;
+  /* forward */
+  attn_cuda_view o;
+  float *lse;
+  int64_t lse_rows;
+  float *st_m, *st_l, *st_acc;
+  int64_t st_rows;
+  int block_mode;
+  /* backward */
+  attn_cuda_view dout, dq, dk, dv;
+  const float *lse_in, *delta;
+  int fuse_dq;
+  /* tiles: a varlen table, or (table == NULL) ntiles plain tiles */
+  const int32_t *table;
+  int64_t ntiles;
+};
+
+/* One sequence's part of the block (the whole block when not varlen); rows and keys are
+ * block-local indices, positions sequence-local. Every index and position here is below
+ * 2^30 (the dispatcher checks), so 32-bit arithmetic holds it and its sums. */
+struct fa_seg {
+  int r0, r1;    /* local query rows */
+  int c0, c1;    /* local keys */
+  int qpos_row0; /* sequence-local position of local row 0 */
+  int kpos_col0; /* sequence-local position of local key 0 */
+  int off;       /* len_kv - len_q */
+  int len_q, len_kv;
+};
+
+FA_DEV int fa_min(int a, int b) { return a < b ? a : b; }
+FA_DEV int fa_max(int a, int b) { return a > b ? a : b; }
+
+FA_DEV fa_seg fa_make_seg(const fa_params &p, int s) {
+  fa_seg g;
+  if (!p.num_seqs) {
+    g.r0 = 0;
+    g.r1 = (int)p.sq;
+    g.c0 = 0;
+    g.c1 = (int)p.skv;
+    g.qpos_row0 = (int)p.q_pos0;
+    g.kpos_col0 = (int)p.k_pos0;
+    g.off = (int)(p.seq_kv - p.seq_q);
+    g.len_q = (int)p.seq_q;
+    g.len_kv = (int)p.seq_kv;
+    return g;
+  }
+  const int qa = (int)p.q_pos0, qb = (int)(p.q_pos0 + p.sq), ka = (int)p.k_pos0,
+            kb = (int)(p.k_pos0 + p.skv);
+  const int s_qa = p.cu_q[s], s_qb = p.cu_q[s + 1], s_ka = p.cu_kv[s], s_kb = p.cu_kv[s + 1];
+  g.r0 = fa_max(s_qa, qa) - qa;
+  g.r1 = fa_min(s_qb, qb) - qa;
+  g.c0 = fa_max(s_ka, ka) - ka;
+  g.c1 = fa_min(s_kb, kb) - ka;
+  if (g.c1 < g.c0) g.c1 = g.c0;
+  g.qpos_row0 = qa - s_qa;
+  g.kpos_col0 = ka - s_ka;
+  g.len_q = s_qb - s_qa;
+  g.len_kv = s_kb - s_ka;
+  g.off = g.len_kv - g.len_q;
+  return g;
+}
+
+/* Visible local keys [lo, hi] of local query row r (causal, window, sequence bounds);
+ * clamped to [0, skv] / [-1, skv - 1] so they fit in int (lo > hi: none). */
+FA_DEV void fa_row_keys(const fa_params &p, int causal, const fa_seg &s, int r, int &lo,
+                        int &hi) {
+  int a = 0, b = s.len_kv - 1;
+  const int c = r + s.qpos_row0 + s.off;
+  if (causal && c < b) b = c;
+  if (p.wl >= 0 && c - p.wl > a) a = c - p.wl;
+  if (p.wr >= 0 && c + p.wr < b) b = c + p.wr;
+  lo = fa_min(fa_max(a - s.kpos_col0, 0), (int)p.skv);
+  hi = fa_min(fa_max(b - s.kpos_col0, -1), (int)p.skv - 1);
+}
+
+/* Local query rows [lo, hi] that causal and window let see local key j (the exact inverse
+ * of fa_row_keys), clamped like it to [0, sq] / [-1, sq - 1]. */
+FA_DEV void fa_key_rows(const fa_params &p, int causal, const fa_seg &s, int j, int &lo,
+                        int &hi) {
+  const int c = j + s.kpos_col0 - s.off; /* i + off == key position  <=>  i == c */
+  int a = 0, b = s.len_q - 1;
+  if (causal && c > a) a = c;
+  if (p.wr >= 0 && c - p.wr > a) a = c - p.wr;
+  if (p.wl >= 0 && c + p.wl < b) b = c + p.wl;
+  lo = fa_min(fa_max(a - s.qpos_row0, 0), (int)p.sq);
+  hi = fa_min(fa_max(b - s.qpos_row0, -1), (int)p.sq - 1);
+}
+
+FA_DEV int fa_bm_at(const fa_params &p, int qblk, int kblk) {
+  return qblk < p.nqb && kblk < p.nkb && p.bm[(int64_t)qblk * p.nkb + kblk] != 0;
+}
+
+/* Block-mask verdict for local rows [ra, rb] x local keys [ka, kb]: 0 none visible, 1 all
+ * visible (or no mask), 2 mixed. */
+FA_DEV int fa_bm_verdict(const fa_params &p, const fa_seg &s, int ra, int rb, int ka, int kb) {
+  if (!p.bm) return 1;
+  int seen0 = 0, seen1 = 0;
+  const int q1 = (rb + s.qpos_row0) / p.bq, k0 = (ka + s.kpos_col0) / p.bk,
+            k1 = (kb + s.kpos_col0) / p.bk;
+  for (int q = (ra + s.qpos_row0) / p.bq; q <= q1; q++)
+    for (int k = k0; k <= k1; k++) {
+      int on = fa_bm_at(p, q, k);
+      seen1 |= on;
+      seen0 |= !on;
+      if (seen0 && seen1) return 2;
+    }
+  return seen1 ? 1 : 0;
+}
+
+/* 1 iff local key j (in the segment) is visible to at least one of local rows [ra, rb]. */
+FA_DEV int fa_key_seen(const fa_params &p, int causal, const fa_seg &s, int j, int ra, int rb) {
+  int lo, hi;
+  fa_key_rows(p, causal, s, j, lo, hi);
+  lo = fa_max(lo, ra);
+  hi = fa_min(hi, rb);
+  if (lo > hi) return 0;
+  if (!p.bm) return 1;
+  const int kblk = (j + s.kpos_col0) / p.bk;
+  for (int q = (lo + s.qpos_row0) / p.bq; q <= (hi + s.qpos_row0) / p.bq; q++)
+    if (fa_bm_at(p, q, kblk)) return 1;
+  return 0;
+}
+
+/* The tile a CTA works on: sequence `seg`, local rows [r0, r0 + rows). Returns 0 when the
+ * CTA has none (varlen tables are sized for the worst case). */
+struct fa_tile {
+  int seg, r0, rows;
+};
+
+FA_DEV int fa_get_tile(const fa_params &p, int t, int tile_rows, int extent, fa_tile &out) {
+  if (p.table) {
+    if (t >= p.table[0]) return 0;
+    const int32_t *e = p.table + 4 * (t + 1);
+    out.seg = e[0];
+    out.r0 = e[1];
+    out.rows = e[2];
+    return 1;
+  }
+  out.seg = 0;
+  out.r0 = t * tile_rows;
+  out.rows = fa_min(tile_rows, extent - out.r0);
+  return out.rows > 0;
+}
+
+/* Common parameter setup of the launchers (host side). */
+static inline fa_params fa_params_make(const fa_call *c) {
+  const attn_cuda_problem *pb = c->pb;
+  fa_params p;
+  memset(&p, 0, sizeof p);
+  p.B = pb->B;
+  p.Hq = pb->Hq;
+  p.Hkv = pb->Hkv;
+  p.group = pb->Hq / pb->Hkv;
+  p.sq = pb->sq;
+  p.skv = pb->skv;
+  p.q_row0 = pb->q_row0;
+  p.q_pos0 = pb->q_pos0;
+  p.k_pos0 = pb->k_pos0;
+  p.seq_q = pb->seq_q;
+  p.seq_kv = pb->seq_kv;
+  p.cap2 = pb->softcap > 0.0f ? pb->softcap * FA_LOG2E : 0.0f;
+  p.sc = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * FA_LOG2E;
+  p.dscale = pb->scale;
+  p.wl = (int)(pb->window_left > (1 << 30) ? (1 << 30) : pb->window_left);
+  p.wr = (int)(pb->window_right > (1 << 30) ? (1 << 30) : pb->window_right);
+  p.sinks = pb->sinks;
+  p.alibi = pb->alibi;
+  p.cu_q = pb->cu_seqlens_q;
+  p.cu_kv = pb->cu_seqlens_kv;
+  p.num_seqs = pb->num_seqs;
+  p.bm = pb->block_mask;
+  p.bq = pb->block_q;
+  p.bk = pb->block_k;
+  p.nqb = (int)(pb->num_q_blocks > (1 << 30) ? (1 << 30) : pb->num_q_blocks);
+  p.nkb = (int)(pb->num_k_blocks > (1 << 30) ? (1 << 30) : pb->num_k_blocks);
+  p.q = pb->q;
+  p.k = pb->k;
+  p.v = pb->v;
+  return p;
+}
+
+#endif

@@ -1,0 +1,59 @@
+/* instance.h — what the C dispatcher hands to one kernel instance (head dims x dtype x
+ * causal, one .cu each) and the helpers in state.cu that instances share. Plain C. */
+#ifndef ATTN_CUDA_INSTANCE_H
+#define ATTN_CUDA_INSTANCE_H
+
+#include "cuda_attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One launcher call. Forward: o/lse (one shot) or st (block mode). Backward: the rest. */
+typedef struct {
+  const attn_cuda_problem *pb;
+  attn_cuda_view o;
+  float *lse;
+  int64_t lse_rows;
+  const attn_state *st; /* non-NULL: fold into the state instead of writing o/lse */
+  attn_cuda_view dout;
+  const float *lse_in, *delta;
+  attn_cuda_view dq, dk, dv; /* float32 */
+  int deterministic;
+  int32_t *tiles_q; /* varlen tile tables in the workspace (NULL when not varlen) */
+  int32_t *tiles_k;
+  void *stream;
+} fa_call;
+
+/* Each returns 0 or a cudaError_t value (the dispatcher turns it into a message). */
+typedef int (*fa_launcher)(const fa_call *c);
+
+#define FA_DECLARE_INSTANCE(sfx)                 \
+  int attn_cuda__fwd_##sfx(const fa_call *c);    \
+  int attn_cuda__bwd_##sfx(const fa_call *c);
+
+/* state.cu: varlen tile table of tiles of `tile` rows over the local rows [0, count) of
+ * cu (positions from pos0); with require_other, only sequences that also have rows in
+ * [other_pos0, other_pos0 + other_count) of cu_other. table: int32 [4] header (count
+ * first), then [4] per tile: sequence, first local row, rows, 0. */
+int attn_cuda__build_tiles(const int32_t *cu, int32_t num_seqs, int64_t pos0, int64_t count,
+                           const int32_t *cu_other, int64_t other_pos0, int64_t other_count,
+                           int require_other, int32_t tile, int32_t *table, void *stream);
+/* Entries a table for `count` rows needs, for any tile of at least FA_MIN_TILE rows. */
+int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs);
+
+/* state.cu: the generic (any head dim) kernels. 0 or a cudaError_t value. */
+int attn_cuda__state_init(attn_state *st, void *stream);
+int attn_cuda__state_merge(attn_state *dst, const attn_state *src, void *stream);
+int attn_cuda__finalize(const attn_cuda_problem *p, const attn_state *st, attn_cuda_view o,
+                        float *lse, void *stream);
+int attn_cuda__bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o, attn_cuda_view dout,
+                           const float *lse, float *delta, float *dsinks, void *stream);
+const char *attn_cuda__error_string(int err);
+/* Compute capability of the current device as 10*major + minor; 0 when unknown. */
+int attn_cuda__device_cc(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,235 @@
+/* state.cu — the CUDA kernels that do not depend on the head dim: varlen tile tables,
+ * state init / merge / finalize (sinks applied here, once), and the backward's
+ * delta = rowsum(dO*O) with d(sinks) summed in a fixed order. */
+#include <math.h>
+#include <string.h>
+
+#include "device.cuh"
+#include "instance.h"
+#include "traits.h"
+
+#define TABLE_THREADS 256
+
+/* One CTA: per chunk of 256 sequences, tiles per sequence, an inclusive scan, then each
+ * thread writes its sequence's entries. */
+FA_KERNEL_GENERIC fa_build_tiles_kernel(const int32_t *cu, int32_t nseq, int64_t pos0,
+                                        int64_t count, const int32_t *cu_o, int64_t opos0,
+                                        int64_t ocount, int require_other, int32_t tile,
+                                        int32_t *table) {
+  FA_SMEM(smem);
+  int32_t *scan = (int32_t *)smem; /* [TABLE_THREADS] */
+  const int tid = (int)threadIdx.x;
+  int64_t base = 0;
+  for (int32_t chunk = 0; chunk < nseq; chunk += TABLE_THREADS) {
+    const int32_t s = chunk + tid;
+    int64_t a = 0, e = 0, n = 0;
+    if (s < nseq) {
+      a = (cu[s] > pos0 ? cu[s] : pos0) - pos0;
+      e = (cu[s + 1] < pos0 + count ? cu[s + 1] : pos0 + count) - pos0;
+      int other = 1;
+      if (require_other) {
+        int64_t oa = cu_o[s] > opos0 ? cu_o[s] : opos0;
+        int64_t oe = cu_o[s + 1] < opos0 + ocount ? cu_o[s + 1] : opos0 + ocount;
+        other = oa < oe;
+      }
+      if (e > a && other) n = (e - a + tile - 1) / tile;
+    }
+    scan[tid] = (int32_t)n;
+    FA_SYNC();
+    for (int d = 1; d < TABLE_THREADS; d *= 2) {
+      int32_t add = tid >= d ? scan[tid - d] : 0;
+      FA_SYNC();
+      scan[tid] += add;
+      FA_SYNC();
+    }
+    const int64_t first = base + scan[tid] - n;
+    for (int64_t k = 0; k < n; k++) {
+      int32_t *ent = table + 4 * (first + k + 1);
+      ent[0] = s;
+      ent[1] = (int32_t)(a + k * tile);
+      ent[2] = (int32_t)(e - a - k * tile < tile ? e - a - k * tile : tile);
+      ent[3] = 0;
+    }
+    base += scan[TABLE_THREADS - 1];
+    FA_SYNC();
+  }
+  if (tid == 0) {
+    table[0] = (int32_t)base;
+    table[1] = table[2] = table[3] = 0;
+  }
+}
+
+#ifndef ATTN_CUDA_EMULATE
+#define LAUNCH_STATUS() ((int)cudaGetLastError())
+#else
+#define LAUNCH_STATUS() 0
+#endif
+
+extern "C" int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs) {
+  return (count + FA_MIN_TILE - 1) / FA_MIN_TILE + num_seqs + 1;
+}
+
+extern "C" int attn_cuda__build_tiles(const int32_t *cu, int32_t num_seqs, int64_t pos0,
+                                      int64_t count, const int32_t *cu_other,
+                                      int64_t other_pos0, int64_t other_count,
+                                      int require_other, int32_t tile, int32_t *table,
+                                      void *stream) {
+  FA_LAUNCH(fa_build_tiles_kernel, dim3(1), dim3(TABLE_THREADS), TABLE_THREADS * 4, stream, cu,
+            num_seqs, pos0, count, cu_other, other_pos0, other_count, require_other, tile, table);
+  return LAUNCH_STATUS();
+}
+
+/* ---- state ------------------------------------------------------------------------------ */
+FA_KERNEL_GENERIC fa_fill_kernel(float *x, int64_t n, float v) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = v;
+}
+
+static unsigned grid_for(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+extern "C" int attn_cuda__state_init(attn_state *st, void *stream) {
+  const int64_t rows = st->batch * st->heads * st->rows;
+  FA_LAUNCH(fa_fill_kernel, dim3(grid_for(rows, 256)), dim3(256), 0, stream, st->m, rows,
+            -INFINITY);
+  FA_LAUNCH(fa_fill_kernel, dim3(grid_for(rows, 256)), dim3(256), 0, stream, st->l, rows, 0.0f);
+  FA_LAUNCH(fa_fill_kernel, dim3(grid_for(rows * st->head_dim_v, 256)), dim3(256), 0, stream,
+            st->acc, rows * st->head_dim_v, 0.0f);
+  return LAUNCH_STATUS();
+}
+
+/* One warp per row (rows are warp-uniform, so the early return keeps warps whole). */
+FA_KERNEL_GENERIC fa_merge_kernel(float *dm, float *dl, float *dacc, const float *sm,
+                                  const float *sl, const float *sacc, int64_t rows, int64_t D) {
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = (int)threadIdx.x % 32;
+  if (r >= rows) return;
+  const float ma = dm[r], mb = sm[r], m = fmaxf(ma, mb);
+  if (m == -INFINITY) return; /* both empty */
+  const float a = expf(ma - m), bb = expf(mb - m);
+  for (int64_t d = lane; d < D; d += 32) dacc[r * D + d] = dacc[r * D + d] * a + sacc[r * D + d] * bb;
+  fa_syncwarp(); /* every lane has read dm[r], dl[r] */
+  if (lane == 0) {
+    dm[r] = m;
+    dl[r] = dl[r] * a + sl[r] * bb;
+  }
+}
+
+extern "C" int attn_cuda__state_merge(attn_state *dst, const attn_state *src, void *stream) {
+  const int64_t rows = dst->batch * dst->heads * dst->rows;
+  FA_LAUNCH(fa_merge_kernel, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, stream, dst->m,
+            dst->l, dst->acc, src->m, src->l, src->acc, rows, dst->head_dim_v);
+  return LAUNCH_STATUS();
+}
+
+FA_DEV float fa_load(const uint16_t *p, int dtype) {
+  return dtype == 1 ? fa_bf16_to_float(*p) : fa_f16_to_float(*p);
+}
+FA_DEV void fa_store(uint16_t *p, float v, int dtype) {
+  uint32_t two = dtype == 1 ? fa_pack_bf16(v, 0.0f) : fa_pack_f16(v, 0.0f);
+  *p = (uint16_t)(two & 0xFFFFu);
+}
+
+/* One warp per (b, h, row): O = acc / (l + e^(sink - m)) rescaled, LSE = m + log(...). */
+FA_KERNEL_GENERIC fa_finalize_kernel(const float *m, const float *l, const float *acc,
+                                     int64_t B, int64_t H, int64_t rows, int64_t D,
+                                     const float *sinks, attn_cuda_view o, float *lse, int dtype) {
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = (int)threadIdx.x % 32;
+  if (r >= B * H * rows) return;
+  const int64_t i = r % rows, h = r / rows % H, b = r / (rows * H);
+  const float sink = sinks ? sinks[h] : -INFINITY, mm = m[r], top = fmaxf(mm, sink);
+  float inv = 0.0f, out = -INFINITY;
+  if (top != -INFINITY) {
+    const float sm = expf(mm - top), z = l[r] * sm + expf(sink - top);
+    inv = sm / z;
+    out = top + logf(z);
+  }
+  uint16_t *orow = (uint16_t *)o.p + b * o.sb + i * o.ss + h * o.sh; /* [D] */
+  for (int64_t d = lane; d < D; d += 32) fa_store(orow + d, acc[r * D + d] * inv, dtype);
+  if (lane == 0 && lse) lse[r] = out;
+}
+
+extern "C" int attn_cuda__finalize(const attn_cuda_problem *p, const attn_state *st,
+                                   attn_cuda_view o, float *lse, void *stream) {
+  const int64_t rows = st->batch * st->heads * st->rows;
+  FA_LAUNCH(fa_finalize_kernel, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, stream, st->m,
+            st->l, st->acc, st->batch, st->heads, st->rows, st->head_dim_v, p->sinks, o, lse,
+            p->dtype);
+  return LAUNCH_STATUS();
+}
+
+/* ---- backward prepare ------------------------------------------------------------------ */
+/* One warp per (b, h, i): delta = dO . O. */
+FA_KERNEL_GENERIC fa_delta_kernel(attn_cuda_view o, attn_cuda_view dout, int64_t B, int64_t H,
+                                  int64_t S, int64_t D, float *delta, int dtype) {
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = (int)threadIdx.x % 32;
+  if (r >= B * H * S) return;
+  const int64_t i = r % S, h = r / S % H, b = r / (S * H);
+  const uint16_t *x = (const uint16_t *)o.p + b * o.sb + i * o.ss + h * o.sh;
+  const uint16_t *y = (const uint16_t *)dout.p + b * dout.sb + i * dout.ss + h * dout.sh;
+  float acc = 0.0f;
+  for (int64_t d = lane; d < D; d += 32) acc += fa_load(x + d, dtype) * fa_load(y + d, dtype);
+  for (int s = 16; s > 0; s /= 2) acc += fa_shfl_xor(acc, s);
+  if (lane == 0) delta[r] = acc;
+}
+
+/* One CTA per head: dsinks[h] += -sum_{b,i} e^(sink - lse) * delta, in a fixed order
+ * (strided per thread, then a fixed tree), so the result is bitwise repeatable. */
+FA_KERNEL_GENERIC fa_dsinks_kernel(const float *lse, const float *delta, const float *sinks,
+                                   int64_t B, int64_t H, int64_t S, float *dsinks) {
+  FA_SMEM(smem);
+  float *red = (float *)smem; /* [256] */
+  const int tid = (int)threadIdx.x;
+  const int64_t h = blockIdx.x;
+  const float sink = sinks[h];
+  float acc = 0.0f;
+  for (int64_t n = tid; n < B * S; n += 256) {
+    const int64_t r = (n / S * H + h) * S + n % S;
+    if (lse[r] != -INFINITY) acc += expf(sink - lse[r]) * delta[r];
+  }
+  red[tid] = acc;
+  FA_SYNC();
+  for (int d = 128; d > 0; d /= 2) {
+    if (tid < d) red[tid] += red[tid + d];
+    FA_SYNC();
+  }
+  if (tid == 0) dsinks[h] -= red[0];
+}
+
+extern "C" int attn_cuda__bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o,
+                                      attn_cuda_view dout, const float *lse, float *delta,
+                                      float *dsinks, void *stream) {
+  const int64_t rows = p->B * p->Hq * p->sq;
+  FA_LAUNCH(fa_delta_kernel, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, stream, o, dout,
+            p->B, p->Hq, p->sq, p->Dv, delta, p->dtype);
+  if (dsinks && p->sinks)
+    FA_LAUNCH(fa_dsinks_kernel, dim3((unsigned)p->Hq), dim3(256), 256 * 4, stream, lse, delta,
+              p->sinks, p->B, p->Hq, p->sq, dsinks);
+  return LAUNCH_STATUS();
+}
+
+extern "C" const char *attn_cuda__error_string(int err) {
+#ifndef ATTN_CUDA_EMULATE
+  return cudaGetErrorString((cudaError_t)err);
+#else
+  return err ? "emulated launch error" : "no error";
+#endif
+}
+
+extern "C" int attn_cuda__device_cc(void) {
+#ifndef ATTN_CUDA_EMULATE
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return 0;
+  return 10 * major + minor;
+#else
+  return 90;
+#endif
+}

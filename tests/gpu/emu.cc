@@ -1,0 +1,459 @@
+/* emu.cc — the coroutine scheduler and the PTX fragment semantics behind emu.h: CUDA
+ * threads as x86-64 coroutines on one OS thread, collectives with two alternating
+ * exchange buffers, ldmatrix / mma.m16n8k16 written from the PTX ISA's layout tables. */
+#include "emu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <vector>
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's context switch is written for x86-64"
+#endif
+
+dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
+
+/* ---- context switch: save callee-saved registers, swap stacks ----------------------- */
+extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
+__asm__(
+    ".text\n"
+    ".globl emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n");
+
+namespace {
+
+const size_t kStack = 512 * 1024;
+const int kMaxGroups = 8;
+
+struct pending_copy {
+  void *dst;
+  const void *src;
+  int bytes, src_bytes;
+  int group;
+};
+
+struct thread_state {
+  void *sp;
+  unsigned char *stack; /* mapping: guard page + kStack */
+  int done;
+  const uint64_t *wait_gen; /* blocked until *wait_gen != wait_val */
+  uint64_t wait_val;
+  std::vector<pending_copy> copies;
+  int groups_committed;
+};
+
+struct warp_slot {
+  uint32_t u[8];
+  const void *ptr;
+  float f;
+};
+
+struct warp_state {
+  int count;
+  uint64_t gen;
+  int op[2];
+  warp_slot slot[2][32];
+};
+
+enum { OP_SHFL = 1, OP_ANY, OP_SYNCWARP, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16 };
+
+struct emulator {
+  std::vector<thread_state> th;
+  std::vector<warp_state> warps;
+  int nthreads = 0, cur = -1;
+  void *sched_sp = nullptr;
+  const std::function<void()> *body = nullptr;
+  unsigned char *smem = nullptr;
+  size_t smem_bytes = 0;
+  int bar_count = 0;
+  uint64_t bar_gen = 0;
+  int bar_or = 0, bar_or_result = 0;
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  size_t stacks_mapped = 0;
+};
+
+emulator E;
+
+[[noreturn]] void fail(const char *what) {
+  fprintf(stderr, "emu: %s (block %u,%u,%u thread %d)\n", what, emu_blockIdx.x, emu_blockIdx.y,
+          emu_blockIdx.z, E.cur);
+  abort();
+}
+
+uint64_t next_rand() {
+  E.rng ^= E.rng << 13;
+  E.rng ^= E.rng >> 7;
+  E.rng ^= E.rng << 17;
+  return E.rng;
+}
+
+void set_thread_index(int t) {
+  emu_threadIdx.x = (unsigned)t % emu_blockDim.x;
+  emu_threadIdx.y = (unsigned)t / emu_blockDim.x % emu_blockDim.y;
+  emu_threadIdx.z = (unsigned)t / (emu_blockDim.x * emu_blockDim.y);
+}
+
+/* Back to the scheduler; returns when this thread is picked again. */
+void yield_to_scheduler() {
+  thread_state &t = E.th[E.cur];
+  emu_ctx_switch(&t.sp, E.sched_sp);
+}
+
+void block_on(const uint64_t *gen, uint64_t val) {
+  thread_state &t = E.th[E.cur];
+  t.wait_gen = gen;
+  t.wait_val = val;
+  while (*gen == val) yield_to_scheduler();
+  t.wait_gen = nullptr;
+}
+
+extern "C" void emu_thread_entry() {
+  (*E.body)();
+  thread_state &t = E.th[E.cur];
+  if (!t.copies.empty()) fail("thread exited with cp.async copies never waited for");
+  t.done = 1;
+  yield_to_scheduler();
+  fail("finished thread resumed");
+}
+
+void ensure_stacks(int n) {
+  if ((int)E.th.size() >= n) return;
+  size_t old = E.th.size();
+  E.th.resize((size_t)n);
+  for (size_t i = old; i < (size_t)n; i++) {
+    void *m = mmap(nullptr, kStack + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) fail("cannot map a coroutine stack");
+    mprotect(m, 4096, PROT_NONE); /* guard page below the stack */
+    E.th[i].stack = (unsigned char *)m;
+  }
+}
+
+void start_thread(thread_state &t) {
+  /* The first switch into the thread pops six zero registers and "returns" into
+   * emu_thread_entry with the stack aligned as after a call. */
+  uintptr_t top = ((uintptr_t)(t.stack + 4096 + kStack)) & ~(uintptr_t)15;
+  uint64_t *sp = (uint64_t *)(top - 8 - 8 - 48);
+  for (int i = 0; i < 6; i++) sp[i] = 0;
+  sp[6] = (uint64_t)(uintptr_t)&emu_thread_entry;
+  sp[7] = 0;
+  t.sp = sp;
+  t.done = 0;
+  t.wait_gen = nullptr;
+  t.copies.clear();
+  t.groups_committed = 0;
+}
+
+void run_block() {
+  const int n = E.nthreads;
+  for (int i = 0; i < n; i++) start_thread(E.th[i]);
+  E.warps.assign((size_t)(n + 31) / 32, warp_state());
+  E.bar_count = 0;
+  E.bar_or = 0;
+  memset(E.smem, 0xFF, E.smem_bytes);
+  int alive = n;
+  std::vector<int> order((size_t)n);
+  for (int i = 0; i < n; i++) order[i] = i;
+  while (alive > 0) {
+    /* A fresh shuffled order each round: warps interleave differently every run. */
+    for (int i = n - 1; i > 0; i--) {
+      int j = (int)(next_rand() % (uint64_t)(i + 1));
+      int x = order[i];
+      order[i] = order[j];
+      order[j] = x;
+    }
+    int progress = 0;
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
+      thread_state &t = E.th[i];
+      if (t.done) continue;
+      if (t.wait_gen && *t.wait_gen == t.wait_val) continue;
+      E.cur = i;
+      set_thread_index(i);
+      emu_ctx_switch(&E.sched_sp, t.sp);
+      progress = 1;
+      if (t.done) alive--;
+    }
+    if (!progress) fail("deadlock: threads wait at a barrier or warp collective that others left");
+  }
+  E.cur = -1;
+}
+
+/* ---- warp collectives ---------------------------------------------------------------- */
+struct arrival {
+  warp_state *w;
+  int buf, lane;
+};
+
+arrival arrive(int op) {
+  if (E.nthreads % 32) fail("warp collective in a block whose size is not a multiple of 32");
+  warp_state &w = E.warps[(size_t)E.cur / 32];
+  int buf = (int)(w.gen & 1);
+  if (w.count == 0) w.op[buf] = op;
+  else if (w.op[buf] != op) fail("lanes of a warp reached different collectives (divergence)");
+  return {&w, buf, E.cur % 32};
+}
+
+void complete(arrival a) {
+  uint64_t g = a.w->gen;
+  if (++a.w->count == 32) {
+    a.w->count = 0;
+    a.w->gen++;
+  } else {
+    block_on(&a.w->gen, g);
+  }
+}
+
+void check_smem(const void *p, size_t bytes, const char *what) {
+  const unsigned char *c = (const unsigned char *)p;
+  if (c < E.smem || c + bytes > E.smem + E.smem_bytes) {
+    fprintf(stderr, "emu: %s at smem offset %lld (+%zu) outside the %zu-byte shared memory\n",
+            what, (long long)(c - E.smem), bytes, E.smem_bytes);
+    fail("shared memory out of bounds");
+  }
+}
+
+uint16_t bits_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7FFFu + ((u >> 16) & 1u);                                          /* RNE */
+  return (uint16_t)(u >> 16);
+}
+
+uint16_t bits_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
+  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: inf */
+  if (a < 0x38800000u) {                                   /* subnormal half or zero */
+    float x;
+    memcpy(&x, &a, 4);
+    float q = nearbyintf(x * 16777216.0f); /* units of 2^-24, RNE */
+    return (uint16_t)(sign | (uint32_t)q);
+  }
+  uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+} // namespace
+
+/* ---- public entry points ------------------------------------------------------------- */
+void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body) {
+  const int n = (int)(block.x * block.y * block.z);
+  if (n <= 0 || n > 1024) fail("block size out of range");
+  ensure_stacks(n);
+  std::vector<unsigned char> smem(smem_bytes + 16);
+  E.smem = smem.data();
+  E.smem_bytes = smem_bytes;
+  E.nthreads = n;
+  E.body = &body;
+  emu_blockDim = block;
+  emu_gridDim = grid;
+  const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+  std::vector<uint64_t> order(nblocks);
+  for (uint64_t i = 0; i < nblocks; i++) order[i] = i;
+  for (uint64_t i = nblocks; i > 1; i--) {
+    uint64_t j = next_rand() % i, x = order[i - 1];
+    order[i - 1] = order[j];
+    order[j] = x;
+  }
+  for (uint64_t k = 0; k < nblocks; k++) {
+    uint64_t b = order[k];
+    emu_blockIdx.x = (unsigned)(b % grid.x);
+    emu_blockIdx.y = (unsigned)(b / grid.x % grid.y);
+    emu_blockIdx.z = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+    run_block();
+  }
+  E.smem = nullptr;
+  E.body = nullptr;
+}
+
+unsigned char *emu_smem(void) { return E.smem; }
+
+void emu_syncthreads(void) {
+  uint64_t g = E.bar_gen;
+  for (const pending_copy &c : E.th[E.cur].copies)
+    if (c.group < 0) fail("__syncthreads with uncommitted cp.async copies");
+  if (++E.bar_count == E.nthreads) {
+    E.bar_count = 0;
+    E.bar_or_result = E.bar_or;
+    E.bar_or = 0;
+    E.bar_gen++;
+  } else {
+    block_on(&E.bar_gen, g);
+  }
+}
+
+int emu_syncthreads_or(int pred) {
+  if (pred) E.bar_or = 1;
+  emu_syncthreads();
+  return E.bar_or_result;
+}
+
+float emu_shfl_xor(float v, int lane_mask) {
+  arrival a = arrive(OP_SHFL);
+  a.w->slot[a.buf][a.lane].f = v;
+  complete(a);
+  return a.w->slot[a.buf][a.lane ^ lane_mask].f;
+}
+
+int emu_any(int pred) {
+  arrival a = arrive(OP_ANY);
+  a.w->slot[a.buf][a.lane].u[0] = pred != 0;
+  complete(a);
+  int any = 0;
+  for (int l = 0; l < 32; l++) any |= (int)a.w->slot[a.buf][l].u[0];
+  return any;
+}
+
+void emu_syncwarp(void) {
+  arrival a = arrive(OP_SYNCWARP);
+  complete(a);
+}
+
+/* ldmatrix.x4: lane l gives the address of row (l % 8) of matrix (l / 8). Lane t receives,
+ * from each matrix i, row t/4, elements 2(t%4) and 2(t%4)+1 (low half first); with .trans
+ * the elements at rows 2(t%4) and 2(t%4)+1 of column t/4. */
+void emu_ldmatrix_x4(uint32_t r[4], const void *smem_row, int trans) {
+  arrival a = arrive(trans ? OP_LDSM_T : OP_LDSM);
+  if (((uintptr_t)smem_row & 15) != 0) fail("ldmatrix row address not 16-byte aligned");
+  check_smem(smem_row, 16, "ldmatrix row");
+  a.w->slot[a.buf][a.lane].ptr = smem_row;
+  complete(a);
+  const warp_slot *s = a.w->slot[a.buf];
+  const int t = a.lane;
+  for (int i = 0; i < 4; i++) {
+    if (!trans) {
+      const unsigned char *row = (const unsigned char *)s[i * 8 + t / 4].ptr;
+      memcpy(&r[i], row + (t % 4) * 4, 4);
+    } else {
+      const unsigned char *r0 = (const unsigned char *)s[i * 8 + 2 * (t % 4)].ptr;
+      const unsigned char *r1 = (const unsigned char *)s[i * 8 + 2 * (t % 4) + 1].ptr;
+      uint16_t lo, hi;
+      memcpy(&lo, r0 + (t / 4) * 2, 2);
+      memcpy(&hi, r1 + (t / 4) * 2, 2);
+      r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+  }
+}
+
+/* mma.sync.m16n8k16.row.col.f32.{bf16,f16}: with g = lane/4, c = lane%4,
+ *   A (16x16): a0 = A[g][2c..2c+1], a1 = A[g+8][2c..], a2 = A[g][2c+8..], a3 = A[g+8][2c+8..]
+ *   B (16x8):  b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
+ *   C/D (16x8): d0,d1 = D[g][2c..2c+1], d2,d3 = D[g+8][2c..2c+1]. */
+void emu_mma_16816(float d[4], const uint32_t a_in[4], uint32_t b0, uint32_t b1, int is_bf16) {
+  arrival a = arrive(is_bf16 ? OP_MMA_BF16 : OP_MMA_F16);
+  warp_slot &mine = a.w->slot[a.buf][a.lane];
+  for (int i = 0; i < 4; i++) mine.u[i] = a_in[i];
+  mine.u[4] = b0;
+  mine.u[5] = b1;
+  complete(a);
+  const warp_slot *s = a.w->slot[a.buf];
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    int g = l / 4, c = l % 4;
+    auto half = [&](uint32_t w, int hi) {
+      uint16_t h = (uint16_t)(hi ? w >> 16 : w & 0xFFFF);
+      return is_bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h);
+    };
+    for (int e = 0; e < 2; e++) {
+      A[g][2 * c + e] = half(s[l].u[0], e);
+      A[g + 8][2 * c + e] = half(s[l].u[1], e);
+      A[g][2 * c + 8 + e] = half(s[l].u[2], e);
+      A[g + 8][2 * c + 8 + e] = half(s[l].u[3], e);
+      B[2 * c + e][g] = half(s[l].u[4], e);
+      B[2 * c + 8 + e][g] = half(s[l].u[5], e);
+    }
+  }
+  const int g = a.lane / 4, c = a.lane % 4;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * c, 2 * c + 1, 2 * c, 2 * c + 1};
+  for (int i = 0; i < 4; i++) {
+    float acc = d[i];
+    for (int k = 0; k < 16; k++) acc += A[rows[i]][k] * B[k][cols[i]];
+    d[i] = acc;
+  }
+}
+
+void emu_cp_async(void *smem_dst, const void *gmem_src, int bytes, int src_bytes) {
+  if (bytes != 4 && bytes != 8 && bytes != 16) fail("cp.async size must be 4, 8 or 16");
+  if (src_bytes != 0 && src_bytes != bytes) fail("cp.async src size must be 0 or the size");
+  if (((uintptr_t)smem_dst % (uintptr_t)bytes) || ((uintptr_t)gmem_src % (uintptr_t)bytes))
+    fail("cp.async addresses not aligned to the copy size");
+  check_smem(smem_dst, (size_t)bytes, "cp.async destination");
+  memset(smem_dst, 0xFF, (size_t)bytes); /* reads before the wait see NaN */
+  E.th[E.cur].copies.push_back({smem_dst, gmem_src, bytes, src_bytes, -1});
+}
+
+void emu_cp_commit(void) {
+  thread_state &t = E.th[E.cur];
+  for (pending_copy &c : t.copies)
+    if (c.group < 0) c.group = t.groups_committed;
+  t.groups_committed++;
+}
+
+void emu_cp_wait(int pending_groups) {
+  thread_state &t = E.th[E.cur];
+  if (pending_groups > kMaxGroups) fail("cp.async.wait_group count too large");
+  int limit = t.groups_committed - pending_groups; /* groups < limit complete */
+  std::vector<pending_copy> keep;
+  for (const pending_copy &c : t.copies) {
+    if (c.group >= 0 && c.group < limit) {
+      if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+      memset((unsigned char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    } else {
+      keep.push_back(c);
+    }
+  }
+  t.copies.swap(keep);
+}
+
+uint32_t emu_pack_bf16(float lo, float hi) {
+  return (uint32_t)bits_f32_to_bf16(lo) | ((uint32_t)bits_f32_to_bf16(hi) << 16);
+}
+
+uint32_t emu_pack_f16(float lo, float hi) {
+  return (uint32_t)bits_f32_to_f16(lo) | ((uint32_t)bits_f32_to_f16(hi) << 16);
+}
+
+float emu_bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float emu_f16_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  float f;
+  if (e == 0) {
+    f = ldexpf((float)m, -24);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u |= sign;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  uint32_t u = e == 31 ? sign | 0x7F800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+void *emu_device_alloc(size_t bytes) {
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, bytes ? bytes : 1)) return nullptr;
+  return p;
+}
+
+void emu_device_free(void *p) { free(p); }

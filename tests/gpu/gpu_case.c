@@ -1,0 +1,592 @@
+/* gpu_case.c — the CUDA-kernels-vs-oracle harness (see gpu_case.h). */
+#include "gpu_case.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t gc_n_q(const gc_prob *P) { return P->B * P->Sq * P->Hq * P->D; }
+int64_t gc_n_k(const gc_prob *P) { return P->B * P->Skv * P->Hkv * P->D; }
+int64_t gc_n_lse(const gc_prob *P) { return P->B * P->Hq * P->Sq; }
+
+/* ---- bf16 / f16 rounding (round to nearest even) ------------------------------------ */
+uint16_t gc_to_bits(float x, int dtype) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (dtype == ATTN_BF16) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+  }
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
+  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
+  if (a < 0x38800000u) {
+    float f;
+    memcpy(&f, &a, 4);
+    return (uint16_t)(sign | (uint32_t)nearbyintf(f * 16777216.0f));
+  }
+  uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+float gc_from_bits(uint16_t h, int dtype) {
+  uint32_t u;
+  float f;
+  if (dtype == ATTN_BF16) {
+    u = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0) {
+      f = ldexpf((float)m, -24);
+      return sign ? -f : f;
+    }
+    u = e == 31 ? sign | 0x7F800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+  }
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float gc_round(float x, int dtype) { return gc_from_bits(gc_to_bits(x, dtype), dtype); }
+
+void gc_describe(const gc_case *c, char *buf, size_t n) {
+  int w = snprintf(buf, n, "%s: %s B=%lld Sq=%lld Skv=%lld Hq=%d Hkv=%d D=%d",
+                   c->name ? c->name : "case", c->dtype == ATTN_BF16 ? "bf16" : "f16",
+                   (long long)c->B, (long long)c->Sq, (long long)c->Skv, c->Hq, c->Hkv, c->D);
+#define ADD(...)                                                                          \
+  do {                                                                                    \
+    if (w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, __VA_ARGS__);     \
+  } while (0)
+  if (c->causal) ADD(" causal");
+  if (c->window) ADD(" window=(%lld,%lld)", (long long)c->wl, (long long)c->wr);
+  if (c->softcap > 0) ADD(" softcap=%g", (double)c->softcap);
+  if (c->scale > 0) ADD(" scale=%g", (double)c->scale);
+  if (c->sinks) ADD(" sinks");
+  if (c->alibi) ADD(" alibi");
+  if (c->nseq) {
+    ADD(" varlen q=[");
+    for (int s = 0; s < c->nseq; s++) ADD("%s%d", s ? "," : "", c->lq[s]);
+    ADD("] kv=[");
+    for (int s = 0; s < c->nseq; s++) ADD("%s%d", s ? "," : "", c->lkv[s]);
+    ADD("]");
+  }
+  if (c->bq) ADD(" block_mask=%dx%d%s", c->bq, c->bk, c->mask_short ? "(short)" : "");
+  if (c->bhsd) ADD(" bhsd");
+  if (c->amp > 0) ADD(" amp=%g", c->amp);
+  ADD(" seed=%llu", (unsigned long long)c->seed);
+#undef ADD
+}
+
+/* ---- layout -------------------------------------------------------------------------- */
+attn_cuda_view gc_view(const gc_prob *P, void *p, int64_t S, int64_t H) {
+  attn_cuda_view v = {p, S * H * P->D, H * P->D, P->D};
+  if (P->c.bhsd) {
+    v.sb = H * S * P->D;
+    v.ss = P->D;
+    v.sh = S * P->D;
+  }
+  return v;
+}
+
+/* Element index of (b, s, h, 0) in the case's memory order. */
+static int64_t at(const gc_prob *P, int64_t b, int64_t s, int64_t h, int64_t S, int64_t H) {
+  attn_cuda_view v = gc_view(P, NULL, S, H);
+  return b * v.sb + s * v.ss + h * v.sh;
+}
+
+static void *upload_elems(const gc_prob *P, const float *src, int64_t S, int64_t H) {
+  const int64_t n = P->B * S * H * P->D;
+  uint16_t *bits = tu_alloc((size_t)n * 2);
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t d = 0; d < P->D; d++)
+          bits[at(P, b, s, h, S, H) + d] = gc_to_bits(src[((b * S + s) * H + h) * P->D + d], P->c.dtype);
+  void *dev = td_alloc((size_t)n * 2);
+  td_upload(dev, bits, (size_t)n * 2);
+  free(bits);
+  return dev;
+}
+
+void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, float *out) {
+  const int64_t n = P->B * S * H * P->D;
+  uint16_t *bits = tu_alloc((size_t)n * 2);
+  td_download(bits, dev, (size_t)n * 2);
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t d = 0; d < P->D; d++) {
+          uint16_t x = bits[at(P, b, s, h, S, H) + d];
+          /* 0xFFFF (never written) maps to the harness's poison NaN */
+          out[((b * S + s) * H + h) * P->D + d] = x == 0xFFFFu ? tu_poison_value() : gc_from_bits(x, P->c.dtype);
+        }
+  free(bits);
+}
+
+void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, float *out) {
+  const int64_t n = P->B * S * H * P->D;
+  float *buf = tu_alloc((size_t)n * 4);
+  td_download(buf, dev, (size_t)n * 4);
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        memcpy(out + ((b * S + s) * H + h) * P->D, buf + at(P, b, s, h, S, H), (size_t)P->D * 4);
+  free(buf);
+}
+
+/* ---- setup --------------------------------------------------------------------------- */
+static void init_varlen(gc_prob *P) {
+  const gc_case *c = &P->c;
+  P->cu_q = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
+  P->cu_kv = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
+  for (int s = 0; s < c->nseq; s++) {
+    P->cu_q[s + 1] = P->cu_q[s] + c->lq[s];
+    P->cu_kv[s + 1] = P->cu_kv[s] + c->lkv[s];
+  }
+  P->B = 1;
+  P->Sq = P->cu_q[c->nseq];
+  P->Skv = P->cu_kv[c->nseq];
+  P->spec.cu_seqlens_q = P->cu_q;
+  P->spec.cu_seqlens_kv = P->cu_kv;
+  P->spec.num_seqs = c->nseq;
+}
+
+static void init_block_mask(gc_prob *P) {
+  const gc_case *c = &P->c;
+  int64_t maxq = P->Sq, maxk = P->Skv; /* sequence-local extents */
+  if (c->nseq) {
+    maxq = maxk = 1;
+    for (int s = 0; s < c->nseq; s++) {
+      maxq = c->lq[s] > maxq ? c->lq[s] : maxq;
+      maxk = c->lkv[s] > maxk ? c->lkv[s] : maxk;
+    }
+  }
+  P->bm.block_q = c->bq;
+  P->bm.block_k = c->bk;
+  P->bm.num_q_blocks = (maxq + c->bq - 1) / c->bq;
+  P->bm.num_k_blocks = (maxk + c->bk - 1) / c->bk;
+  if (c->mask_short) {
+    P->bm.num_q_blocks = P->bm.num_q_blocks > 1 ? P->bm.num_q_blocks - 1 : 1;
+    P->bm.num_k_blocks = P->bm.num_k_blocks > 1 ? P->bm.num_k_blocks - 1 : 1;
+  }
+  const int64_t n = P->bm.num_q_blocks * P->bm.num_k_blocks;
+  P->mask = tu_alloc((size_t)n);
+  tu_rng r = tu_rng_make(c->seed * 31 + 7);
+  for (int64_t x = 0; x < n; x++) P->mask[x] = c->mask_bits ? c->mask_bits[x] : (tu_next(&r) % 3) != 0;
+  P->bm.mask = P->mask;
+  P->spec.block_mask = &P->bm;
+}
+
+static void fill_rounded(float *x, int64_t n, double lo, double hi, uint64_t seed, int dtype) {
+  tu_fill(x, n, lo, hi, seed);
+  for (int64_t i = 0; i < n; i++) x[i] = gc_round(x[i], dtype);
+}
+
+static void upload_all(gc_prob *P) {
+  td_free(P->dq_in);
+  td_free(P->dk_in);
+  td_free(P->dv_in);
+  td_free(P->ddo);
+  P->dq_in = upload_elems(P, P->q, P->Sq, P->Hq);
+  P->dk_in = upload_elems(P, P->k, P->Skv, P->Hkv);
+  P->dv_in = upload_elems(P, P->v, P->Skv, P->Hkv);
+  P->ddo = upload_elems(P, P->dout, P->Sq, P->Hq);
+  P->pb.q = gc_view(P, P->dq_in, P->Sq, P->Hq);
+  P->pb.k = gc_view(P, P->dk_in, P->Skv, P->Hkv);
+  P->pb.v = gc_view(P, P->dv_in, P->Skv, P->Hkv);
+}
+
+static void *upload_copy(const void *src, size_t bytes) {
+  void *d = td_alloc(bytes);
+  td_upload(d, src, bytes);
+  return d;
+}
+
+static void make_problem(gc_prob *P) {
+  attn_cuda_problem *pb = &P->pb;
+  memset(pb, 0, sizeof *pb);
+  pb->B = P->B;
+  pb->Hq = P->Hq;
+  pb->Hkv = P->Hkv;
+  pb->Dqk = pb->Dv = P->D;
+  pb->sq = pb->seq_q = P->Sq;
+  pb->skv = pb->seq_kv = P->Skv;
+  pb->scale = P->spec.scale > 0 ? P->spec.scale : 1.0f / sqrtf((float)P->D);
+  pb->softcap = P->spec.softcap;
+  pb->causal = P->spec.causal;
+  pb->window_left = P->spec.window_left;
+  pb->window_right = P->spec.window_right;
+  pb->dtype = P->c.dtype;
+  if (P->sinks) pb->sinks = P->d_sinks = upload_copy(P->sinks, (size_t)P->Hq * 4);
+  if (P->alibi) pb->alibi = P->d_alibi = upload_copy(P->alibi, (size_t)P->Hq * 4);
+  if (P->c.nseq) {
+    pb->cu_seqlens_q = P->d_cu_q = upload_copy(P->cu_q, (size_t)(P->c.nseq + 1) * 4);
+    pb->cu_seqlens_kv = P->d_cu_kv = upload_copy(P->cu_kv, (size_t)(P->c.nseq + 1) * 4);
+    pb->num_seqs = P->c.nseq;
+  }
+  if (P->mask) {
+    pb->block_mask = P->d_mask = upload_copy(P->mask, (size_t)(P->bm.num_q_blocks * P->bm.num_k_blocks));
+    pb->block_q = P->bm.block_q;
+    pb->block_k = P->bm.block_k;
+    pb->num_q_blocks = P->bm.num_q_blocks;
+    pb->num_k_blocks = P->bm.num_k_blocks;
+  }
+  P->ws_bytes = attn_cuda_workspace_bytes(pb);
+  P->d_ws = P->ws_bytes ? td_alloc(P->ws_bytes) : NULL;
+}
+
+void gc_init(gc_prob *P, const gc_case *c) {
+  memset(P, 0, sizeof *P);
+  P->c = *c;
+  P->B = c->B;
+  P->Sq = c->Sq;
+  P->Skv = c->Skv;
+  P->Hq = c->Hq;
+  P->Hkv = c->Hkv;
+  P->D = c->D;
+  attn_spec s = ATTN_SPEC_INIT;
+  P->spec = s;
+  P->spec.num_heads_q = c->Hq;
+  P->spec.num_heads_kv = c->Hkv;
+  P->spec.head_dim_qk = c->D;
+  P->spec.head_dim_v = c->D;
+  P->spec.scale = c->scale;
+  P->spec.causal = c->causal;
+  if (c->window) {
+    P->spec.window_left = c->wl;
+    P->spec.window_right = c->wr;
+  }
+  P->spec.softcap = c->softcap;
+  if (c->nseq) init_varlen(P);
+  if (c->bq) init_block_mask(P);
+  tu_rng r = tu_rng_make(c->seed * 7 + 3);
+  if (c->sinks) {
+    P->sinks = tu_alloc((size_t)P->Hq * 4);
+    for (int h = 0; h < P->Hq; h++) P->sinks[h] = (float)tu_uniform(&r, -1.0, 2.0);
+    P->spec.sinks = P->sinks;
+  }
+  if (c->alibi) {
+    P->alibi = tu_alloc((size_t)P->Hq * 4);
+    for (int h = 0; h < P->Hq; h++) P->alibi[h] = (float)tu_uniform(&r, 0.01, 0.3);
+    P->spec.alibi_slopes = P->alibi;
+  }
+  const double amp = c->amp > 0 ? c->amp : 1.0;
+  const int64_t nq = gc_n_q(P), nk = gc_n_k(P);
+  P->q = tu_alloc((size_t)nq * 4);
+  P->k = tu_alloc((size_t)nk * 4);
+  P->v = tu_alloc((size_t)nk * 4);
+  P->dout = tu_alloc((size_t)nq * 4);
+  fill_rounded(P->q, nq, -amp, amp, c->seed * 4 + 0, c->dtype);
+  fill_rounded(P->k, nk, -amp, amp, c->seed * 4 + 1, c->dtype);
+  fill_rounded(P->v, nk, -1.0, 1.0, c->seed * 4 + 2, c->dtype);
+  fill_rounded(P->dout, nq, -1.0, 1.0, c->seed * 4 + 3, c->dtype);
+  attn_ref_problem rp;
+  attn_ref_arrays arr = {P->q, P->k, P->v, P->dout};
+  attn_ref_problem_arrays(&rp, &P->spec, P->B, P->Sq, P->Skv, &arr);
+  P->vis = tu_alloc((size_t)(P->Sq * P->Skv));
+  for (int64_t i = 0; i < P->Sq; i++)
+    for (int64_t j = 0; j < P->Skv; j++) P->vis[i * P->Skv + j] = (uint8_t)attn_ref_visible(&rp, i, j);
+  make_problem(P);
+  upload_all(P);
+  P->d_o = td_alloc((size_t)nq * 2);
+  P->d_lse = td_alloc((size_t)gc_n_lse(P) * 4);
+}
+
+static void free_refs(gc_prob *P) {
+  double *d[] = {P->ro, P->rlse, P->rdq, P->rdk, P->rdv, P->rds};
+  float *f[] = {P->no, P->nlse, P->ndq, P->ndk, P->ndv, P->nds};
+  for (int i = 0; i < 6; i++) {
+    free(d[i]);
+    free(f[i]);
+  }
+  P->ro = P->rlse = P->rdq = P->rdk = P->rdv = P->rds = NULL;
+  P->no = P->nlse = P->ndq = P->ndk = P->ndv = P->nds = NULL;
+}
+
+void gc_sync(gc_prob *P) {
+  upload_all(P);
+  free_refs(P);
+}
+
+void gc_free(gc_prob *P) {
+  free_refs(P);
+  void *dev[] = {P->dq_in, P->dk_in, P->dv_in, P->ddo, P->d_sinks, P->d_alibi, P->d_cu_q,
+                 P->d_cu_kv, P->d_mask, P->d_o, P->d_lse, P->d_ws};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) td_free(dev[i]);
+  void *host[] = {P->mask, P->cu_q, P->cu_kv, P->sinks, P->alibi, P->q, P->k, P->v, P->dout, P->vis};
+  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+  memset(P, 0, sizeof *P);
+}
+
+void gc_out_free(gc_out *o) {
+  free(o->o);
+  free(o->lse);
+  free(o->dq);
+  free(o->dk);
+  free(o->dv);
+  free(o->ds);
+  memset(o, 0, sizeof *o);
+}
+
+/* ---- runs ---------------------------------------------------------------------------- */
+attn_status gc_fwd(gc_prob *P, gc_out *out) {
+  const int64_t no = gc_n_q(P), nl = gc_n_lse(P);
+  td_memset(P->d_o, 0xFF, (size_t)no * 2);
+  td_memset(P->d_lse, 0xFF, (size_t)nl * 4);
+  attn_status st = attn_cuda_fwd(&P->pb, gc_view(P, P->d_o, P->Sq, P->Hq), P->d_lse, P->Sq,
+                                 P->d_ws, P->ws_bytes, NULL);
+  td_sync();
+  if (!out->o) out->o = tu_alloc((size_t)no * 4);
+  if (!out->lse) out->lse = tu_alloc((size_t)nl * 4);
+  gc_download_elems(P, P->d_o, P->Sq, P->Hq, out->o);
+  td_download(out->lse, P->d_lse, (size_t)nl * 4);
+  return st;
+}
+
+attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic) {
+  const int64_t nq = gc_n_q(P), nk = gc_n_k(P), nl = gc_n_lse(P);
+  float *dq = td_alloc((size_t)nq * 4), *dk = td_alloc((size_t)nk * 4), *dv = td_alloc((size_t)nk * 4);
+  float *delta = td_alloc((size_t)nl * 4), *ds = td_alloc((size_t)P->Hq * 4 + 4);
+  td_memset(dq, 0, (size_t)nq * 4);
+  td_memset(dk, 0, (size_t)nk * 4);
+  td_memset(dv, 0, (size_t)nk * 4);
+  td_memset(delta, 0xFF, (size_t)nl * 4);
+  td_memset(ds, 0, (size_t)P->Hq * 4 + 4);
+  attn_cuda_view o = gc_view(P, P->d_o, P->Sq, P->Hq), dout = gc_view(P, P->ddo, P->Sq, P->Hq);
+  attn_status st = attn_cuda_bwd_prepare(&P->pb, o, dout, P->d_lse, delta, P->sinks ? ds : NULL, NULL);
+  if (st == ATTN_OK)
+    st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq, gc_view(P, dq, P->Sq, P->Hq),
+                             gc_view(P, dk, P->Skv, P->Hkv), gc_view(P, dv, P->Skv, P->Hkv),
+                             deterministic, P->d_ws, P->ws_bytes, NULL);
+  td_sync();
+  if (!out->dq) out->dq = tu_alloc((size_t)nq * 4);
+  if (!out->dk) out->dk = tu_alloc((size_t)nk * 4);
+  if (!out->dv) out->dv = tu_alloc((size_t)nk * 4);
+  if (!out->ds) out->ds = tu_alloc((size_t)P->Hq * 4 + 4);
+  gc_download_f32(P, dq, P->Sq, P->Hq, out->dq);
+  gc_download_f32(P, dk, P->Skv, P->Hkv, out->dk);
+  gc_download_f32(P, dv, P->Skv, P->Hkv, out->dv);
+  td_download(out->ds, ds, (size_t)P->Hq * 4);
+  td_free(dq);
+  td_free(dk);
+  td_free(dv);
+  td_free(delta);
+  td_free(ds);
+  return st;
+}
+
+/* ---- references ---------------------------------------------------------------------- */
+/* Score of (b, h, i, j) as a same-precision kernel computes it (float). */
+static float naive_score(const gc_prob *P, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const int64_t hk = h / (P->Hq / P->Hkv), D = P->D;
+  const float *q = P->q + ((b * P->Sq + i) * P->Hq + h) * D;
+  const float *k = P->k + ((b * P->Skv + j) * P->Hkv + hk) * D;
+  float acc = 0.0f;
+  for (int64_t d = 0; d < D; d++) acc += q[d] * k[d];
+  float s = acc * P->pb.scale;
+  if (P->spec.softcap > 0) s = P->spec.softcap * tanhf(s / P->spec.softcap);
+  if (P->alibi) {
+    /* sequence-local distance |i + off - j| */
+    int64_t iq = i, jk = j, off = P->Skv - P->Sq;
+    if (P->c.nseq) {
+      int s_ = 0;
+      while (!(P->cu_q[s_] <= i && i < P->cu_q[s_ + 1])) s_++;
+      iq = i - P->cu_q[s_];
+      jk = j - P->cu_kv[s_];
+      off = (P->cu_kv[s_ + 1] - P->cu_kv[s_]) - (P->cu_q[s_ + 1] - P->cu_q[s_]);
+    }
+    s -= P->alibi[h] * fabsf((float)(iq + off - jk));
+  }
+  return s;
+}
+
+/* Forward and backward of a naive kernel in the case's precision: float arithmetic, P
+ * (and dS) rounded to the dtype before their products, O rounded to the dtype. */
+static void naive(gc_prob *P, int bwd) {
+  const int64_t D = P->D, G = P->Hq / P->Hkv, dt = P->c.dtype;
+  P->no = tu_alloc((size_t)gc_n_q(P) * 4);
+  P->nlse = tu_alloc((size_t)gc_n_lse(P) * 4);
+  if (bwd) {
+    P->ndq = tu_alloc((size_t)gc_n_q(P) * 4);
+    P->ndk = tu_alloc((size_t)gc_n_k(P) * 4);
+    P->ndv = tu_alloc((size_t)gc_n_k(P) * 4);
+    P->nds = tu_alloc((size_t)P->Hq * 4 + 4);
+  }
+  float *s = tu_alloc((size_t)P->Skv * 4), *pr = tu_alloc((size_t)P->Skv * 4);
+  float *acc = tu_alloc((size_t)D * 4);
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t h = 0; h < P->Hq; h++)
+      for (int64_t i = 0; i < P->Sq; i++) {
+        const uint8_t *vis = P->vis + i * P->Skv;
+        float m = P->sinks ? P->sinks[h] : -INFINITY;
+        for (int64_t j = 0; j < P->Skv; j++)
+          if (vis[j]) {
+            s[j] = naive_score(P, b, h, i, j);
+            m = s[j] > m ? s[j] : m;
+          }
+        float l = P->sinks && m != -INFINITY ? expf(P->sinks[h] - m) : 0.0f;
+        for (int64_t j = 0; j < P->Skv; j++)
+          if (vis[j]) l += expf(s[j] - m);
+        const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
+        P->nlse[(b * P->Hq + h) * P->Sq + i] = lse;
+        memset(acc, 0, (size_t)D * 4);
+        for (int64_t j = 0; j < P->Skv; j++) {
+          if (!vis[j]) continue;
+          pr[j] = expf(s[j] - lse);
+          const float pb = gc_round(pr[j], (int)dt);
+          const float *v = P->v + ((b * P->Skv + j) * P->Hkv + h / G) * D;
+          for (int64_t d = 0; d < D; d++) acc[d] += pb * v[d];
+        }
+        float *o = P->no + ((b * P->Sq + i) * P->Hq + h) * D;
+        for (int64_t d = 0; d < D; d++) o[d] = gc_round(acc[d], (int)dt);
+        if (!bwd) continue;
+        const float *dO = P->dout + ((b * P->Sq + i) * P->Hq + h) * D;
+        float delta = 0.0f;
+        for (int64_t d = 0; d < D; d++) delta += dO[d] * o[d];
+        if (P->sinks && lse != -INFINITY) P->nds[h] -= expf(P->sinks[h] - lse) * delta;
+        float *dq = P->ndq + ((b * P->Sq + i) * P->Hq + h) * D;
+        const float *q = P->q + ((b * P->Sq + i) * P->Hq + h) * D;
+        for (int64_t j = 0; j < P->Skv; j++) {
+          if (!vis[j]) continue;
+          const int64_t kv = ((b * P->Skv + j) * P->Hkv + h / G) * D;
+          const float *k = P->k + kv, *v = P->v + kv;
+          float dp = 0.0f;
+          for (int64_t d = 0; d < D; d++) dp += dO[d] * v[d];
+          float dcap = 1.0f;
+          if (P->spec.softcap > 0) { /* d(cap*tanh(x/cap))/dx = 1 - tanh^2 */
+            float raw = 0.0f;
+            for (int64_t d = 0; d < D; d++) raw += q[d] * k[d];
+            const float th = tanhf(raw * P->pb.scale / P->spec.softcap);
+            dcap = 1.0f - th * th;
+          }
+          const float ds = gc_round(pr[j] * (dp - delta) * P->pb.scale * dcap, (int)dt);
+          const float pb = gc_round(pr[j], (int)dt);
+          for (int64_t d = 0; d < D; d++) {
+            dq[d] += ds * k[d];
+            P->ndk[kv + d] += ds * q[d];
+            P->ndv[kv + d] += pb * dO[d];
+          }
+        }
+      }
+  free(s);
+  free(pr);
+  free(acc);
+}
+
+void gc_ref(gc_prob *P, int bwd) {
+  free_refs(P);
+  attn_ref_problem rp;
+  attn_ref_arrays arr = {P->q, P->k, P->v, P->dout};
+  attn_ref_problem_arrays(&rp, &P->spec, P->B, P->Sq, P->Skv, &arr);
+  P->ro = tu_dalloc(gc_n_q(P));
+  P->rlse = tu_dalloc(gc_n_lse(P));
+  attn_ref_fwd(&rp, P->ro, P->rlse);
+  if (bwd) {
+    P->rdq = tu_dalloc(gc_n_q(P));
+    P->rdk = tu_dalloc(gc_n_k(P));
+    P->rdv = tu_dalloc(gc_n_k(P));
+    P->rds = tu_dalloc(P->Hq + 1);
+    attn_ref_bwd(&rp, P->rdq, P->rdk, P->rdv, P->sinks ? P->rds : NULL);
+  }
+  naive(P, bwd);
+}
+
+/* ---- judging ------------------------------------------------------------------------- */
+static double element_error(double got, double ref) {
+  if (isinf(ref)) return got == ref ? 0.0 : INFINITY;
+  if (!isfinite(got)) return INFINITY;
+  return fabs(got - ref);
+}
+
+static void print_index(int64_t idx, const int64_t *dims) {
+  if (!dims) {
+    fprintf(stderr, "[%lld]", (long long)idx);
+    return;
+  }
+  int64_t c[4];
+  for (int a = 3; a >= 0; a--) {
+    c[a] = idx % dims[a];
+    idx /= dims[a];
+  }
+  fprintf(stderr, "[%lld,%lld,%lld,%lld]", (long long)c[0], (long long)c[1], (long long)c[2],
+          (long long)c[3]);
+}
+
+int gc_judge(const char *what, const float *got, const double *ref, const float *naive,
+             int64_t n, const int64_t *dims) {
+  return gc_judge_tol(what, got, ref, naive, n, dims, 0.0);
+}
+
+int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
+                 int64_t n, const int64_t *dims, double extra) {
+  double maxref = 0.0, err_n = 0.0, err_k = -1.0;
+  int64_t wi = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+  for (int64_t i = 0; i < n; i++) {
+    double en = element_error(naive[i], ref[i]), ek = element_error(got[i], ref[i]);
+    if (en > err_n) err_n = en;
+    if (ek > err_k) {
+      err_k = ek;
+      wi = i;
+    }
+  }
+  /* FlashAttention's rule, plus an atol far below the dtype's rounding. */
+  const double tol = 2.0 * err_n + 1e-4 * maxref + 1e-6 + extra;
+  if (n == 0 || err_k <= tol) return 1;
+  tu_failures++;
+  fprintf(stderr, "FAIL %s: max err %.3e > tol %.3e (naive err %.3e, max|ref| %.3e); worst at ",
+          what, err_k, tol, err_n, maxref);
+  print_index(wi, dims);
+  fprintf(stderr, " got %.9g ref %.9g naive %.9g%s\n", (double)got[wi], ref[wi], (double)naive[wi],
+          tu_count_poison(got + wi, 1) ? " (poison: never written)" : "");
+  return 0;
+}
+
+int gc_check(gc_prob *P, const gc_out *out, int bwd, const char *tag) {
+  if (!P->ro || (bwd && !P->rdq)) gc_ref(P, bwd);
+  const int before = tu_failures;
+  const int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->D}, dk4[4] = {P->B, P->Skv, P->Hkv, P->D};
+  const int64_t dl4[4] = {1, P->B, P->Hq, P->Sq};
+  gc_judge("O", out->o, P->ro, P->no, gc_n_q(P), dq4);
+  gc_judge("LSE", out->lse, P->rlse, P->nlse, gc_n_lse(P), dl4);
+  if (bwd) {
+    /* Gradients can cancel to exactly 0 (one key: dP == delta) where a same-order naive sum
+     * is exact too; the kernels sum in other orders, so allow float32 accumulation noise:
+     * 16 x 2^-24 x sqrt(terms) x the scale of a dS*q product. */
+    const double amp = P->c.amp > 0 ? P->c.amp : 1.0;
+    const double noise = 16.0 * 0x1p-24 * sqrt((double)(P->Sq > P->Skv ? P->Sq : P->Skv) * P->D) *
+                         P->pb.scale * amp;
+    gc_judge_tol("dQ", out->dq, P->rdq, P->ndq, gc_n_q(P), dq4, noise);
+    gc_judge_tol("dK", out->dk, P->rdk, P->ndk, gc_n_k(P), dk4, noise);
+    gc_judge_tol("dV", out->dv, P->rdv, P->ndv, gc_n_k(P), dk4, noise);
+    /* d(sink) is one sum per head of terms e^(sink-lse) dO.O that each carry O's rounding
+     * and may cancel: the 2x rule alone compares two random walks, so it also gets the
+     * dtype's rounding unit times the sum of the terms' magnitudes. */
+    if (P->sinks) {
+      double mag = 0.0;
+      for (int64_t h = 0; h < P->Hq; h++) {
+        double m_h = 0.0;
+        for (int64_t b = 0; b < P->B; b++)
+          for (int64_t i = 0; i < P->Sq; i++) {
+            const double lse = P->rlse[(b * P->Hq + h) * P->Sq + i];
+            if (isinf(lse)) continue;
+            double dot = 0.0;
+            for (int64_t d = 0; d < P->D; d++) {
+              const int64_t x = ((b * P->Sq + i) * P->Hq + h) * P->D + d;
+              dot += fabs(P->dout[x] * P->ro[x]);
+            }
+            m_h += exp(P->sinks[h] - lse) * dot;
+          }
+        mag = m_h > mag ? m_h : mag;
+      }
+      gc_judge_tol("dsinks", out->ds, P->rds, P->nds, P->Hq, NULL,
+                   (P->c.dtype == ATTN_BF16 ? 0x1p-8 : 0x1p-11) * mag);
+    }
+  }
+  if (tu_failures == before) return 1;
+  char desc[600];
+  gc_describe(&P->c, desc, sizeof desc);
+  fprintf(stderr, "  ^ %s in %s\n", tag, desc);
+  return 0;
+}

@@ -1,0 +1,104 @@
+/* gpu_case.h — the CUDA-kernels-vs-oracle harness: describe a case, generate bf16/f16
+ * inputs, run the attn_cuda_* launchers on poisoned device outputs, compute the float64
+ * oracle (kernels/ref) and a naive same-precision reference on the host, and judge by
+ * FlashAttention's rule: error <= 2 x the naive error + a tiny atol. Device memory goes
+ * through td_* (gpu_device.h), so the same harness runs on a GPU or on the emulator. */
+#ifndef ATTN_GPU_CASE_H
+#define ATTN_GPU_CASE_H
+
+#include "attnrun.h"
+#include "cuda_attn.h"
+#include "gpu_device.h"
+#include "ref.h"
+#include "test_util.h"
+
+typedef struct {
+  const char *name;
+  int64_t B, Sq, Skv; /* ignored with varlen (B = 1, lengths from lq / lkv) */
+  int Hq, Hkv, D;     /* Dqk = Dv = D */
+  int dtype;          /* ATTN_BF16 or ATTN_F16 */
+  int causal;
+  int window; /* on: wl, wr (each -1 = unbounded side) */
+  int64_t wl, wr;
+  float softcap, scale;
+  int sinks, alibi;
+  int nseq; /* varlen: lengths in lq / lkv */
+  const int32_t *lq, *lkv;
+  int bq, bk;               /* block mask block sizes (0: none); random blocks, ~2/3 visible */
+  int mask_short;           /* the mask covers one block fewer than needed each way */
+  const uint8_t *mask_bits; /* the mask itself instead of random blocks */
+  int bhsd;                 /* device tensors in [B, H, S, D] memory order */
+  double amp;               /* q, k drawn from [-amp, amp) (0 → 1) */
+  uint64_t seed;
+} gc_case;
+
+typedef struct {
+  gc_case c;
+  int64_t B, Sq, Skv, Hq, Hkv, D;
+  attn_spec spec; /* host pointers, for the oracle */
+  attn_block_mask bm;
+  uint8_t *mask;
+  int32_t *cu_q, *cu_kv;
+  float *sinks, *alibi;     /* [Hq] */
+  float *q, *k, *v, *dout;  /* [B,S,H,D], values exactly representable in the dtype */
+  uint8_t *vis;             /* [Sq][Skv] visibility (same for every batch and head) */
+  /* device copies */
+  void *dq_in, *dk_in, *dv_in, *ddo;
+  float *d_sinks, *d_alibi;
+  int32_t *d_cu_q, *d_cu_kv;
+  uint8_t *d_mask;
+  void *d_o;     /* forward output [B,Sq,Hq,D] in the dtype (device layout) */
+  float *d_lse;  /* [B,Hq,Sq] */
+  void *d_ws;
+  size_t ws_bytes;
+  attn_cuda_problem pb;
+  /* references (NULL until gc_ref) */
+  double *ro, *rlse, *rdq, *rdk, *rdv, *rds;
+  float *no, *nlse, *ndq, *ndk, *ndv, *nds; /* naive same-precision */
+} gc_prob;
+
+typedef struct {
+  float *o, *lse, *dq, *dk, *dv, *ds; /* host, gathered to [B,S,H,D]; lse [B,Hq,Sq] */
+} gc_out;
+
+int64_t gc_n_q(const gc_prob *P);
+int64_t gc_n_k(const gc_prob *P);
+int64_t gc_n_lse(const gc_prob *P);
+
+void gc_init(gc_prob *P, const gc_case *c);
+void gc_free(gc_prob *P);
+void gc_out_free(gc_out *o);
+void gc_describe(const gc_case *c, char *buf, size_t n);
+/* After editing P->q/k/v/dout (values must be representable): re-upload, drop refs. */
+void gc_sync(gc_prob *P);
+
+/* A device view of tensor [B, S, H, D] stored at p in the case's memory order. */
+attn_cuda_view gc_view(const gc_prob *P, void *p, int64_t S, int64_t H);
+/* Downloads a device tensor (dtype bits, case order) to host floats [B,S,H,D]. */
+void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, float *out);
+/* Downloads a float32 device tensor (case order) to host [B,S,H,D]. */
+void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, float *out);
+
+/* One-shot forward into P->d_o / P->d_lse (poisoned first); out->o, out->lse. */
+attn_status gc_fwd(gc_prob *P, gc_out *out);
+/* Backward from P->d_o / P->d_lse (run gc_fwd first); out->dq, dk, dv, ds. */
+attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic);
+/* Oracle and naive references. */
+void gc_ref(gc_prob *P, int bwd);
+/* Judges out against the references by the 2x rule; prints the case on failure.
+ * Returns 1 when everything passes. */
+int gc_check(gc_prob *P, const gc_out *out, int bwd, const char *tag);
+/* One tensor: got vs the oracle ref, with naive the same-precision reference. */
+int gc_judge(const char *what, const float *got, const double *ref, const float *naive,
+             int64_t n, const int64_t *dims);
+
+/* The same with an extra absolute tolerance. */
+int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
+                 int64_t n, const int64_t *dims, double extra);
+
+/* float -> nearest bf16 / f16 (bits), and back. */
+uint16_t gc_to_bits(float x, int dtype);
+float gc_from_bits(uint16_t h, int dtype);
+float gc_round(float x, int dtype);
+
+#endif
