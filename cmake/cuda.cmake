@@ -108,12 +108,9 @@ if(ATTN_CUDA_ENABLED)
   target_link_libraries(attnrun_cuda_kernels PUBLIC CUDA::cudart_static)
 
   if(TARGET attnrun)
-    # attnrun existed before CUDA was enabled: give it the architectures for its link, the
-    # runtime adapter (the backend table, kernels/cuda/backend.c) and the kernels.
+    # attnrun existed before CUDA was enabled: give it the architectures for its link and
+    # the kernels (the top level adds the runtime adapter, kernels/cuda/backend.c).
     set_target_properties(attnrun PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
-    if(EXISTS ${ATTN_CUDA_DIR}/backend.c)
-      target_sources(attnrun PRIVATE ${ATTN_CUDA_DIR}/backend.c)
-    endif()
     target_link_libraries(attnrun PRIVATE attnrun_cuda_kernels)
     target_compile_definitions(attnrun PRIVATE ATTN_HAVE_CUDA=1)
     target_include_directories(attnrun PRIVATE ${ATTN_CUDA_DIR})
