@@ -410,21 +410,7 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
           S[n][e] = pr != 0.0f ? pr * (P[n][e] - dlt[i]) * p.dscale * dcap : 0.0f; /* dS */
         }
       /* dQ += dS K: dS from the registers, K by ldmatrix.trans. */
-      FA_UNROLL
-      for (int kc = 0; kc < Q_BN / 16; kc++) {
-        uint32_t da[4];
-        da[0] = fa_pack(S[2 * kc][0], S[2 * kc][1]);
-        da[1] = fa_pack(S[2 * kc][2], S[2 * kc][3]);
-        da[2] = fa_pack(S[2 * kc + 1][0], S[2 * kc + 1][1]);
-        da[3] = fa_pack(S[2 * kc + 1][2], S[2 * kc + 1][3]);
-        FA_UNROLL
-        for (int n = 0; n < DQK / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4_t(bf, kb + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SQK + n * 8 + (lane >> 4) * 8);
-          fa_mma(dQ[n], da, bf[0], bf[1]);
-          fa_mma(dQ[n + 1], da, bf[2], bf[3]);
-        }
-      }
+      FA_MMA_SCORES_SMEM(dQ, S, Q_BN, DQK, kb, SQK);
     }
     cur = nxt;
     have = have_next;

@@ -38,6 +38,29 @@
 #define SQK (DQK + FA_PAD) /* shared-memory row stride of Q/K tiles, elements */
 #define SV (DV + FA_PAD)   /* of V / dO tiles */
 
+/* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A
+ * layout, packed in pairs), B = KN rows x DN columns of a shared-memory tile at `tile`
+ * (row stride LD elements) by ldmatrix.trans. Used for O += P V and dQ += dS K. */
+#define FA_MMA_SCORES_SMEM(acc, S, KN, DN, tile, LD)                                        \
+  do {                                                                                      \
+    FA_UNROLL                                                                               \
+    for (int kc_ = 0; kc_ < (KN) / 16; kc_++) {                                             \
+      uint32_t a_[4];                                                                       \
+      a_[0] = fa_pack(S[2 * kc_][0], S[2 * kc_][1]);                                        \
+      a_[1] = fa_pack(S[2 * kc_][2], S[2 * kc_][3]);                                        \
+      a_[2] = fa_pack(S[2 * kc_ + 1][0], S[2 * kc_ + 1][1]);                                \
+      a_[3] = fa_pack(S[2 * kc_ + 1][2], S[2 * kc_ + 1][3]);                                \
+      FA_UNROLL                                                                             \
+      for (int n_ = 0; n_ < (DN) / 8; n_ += 2) {                                            \
+        uint32_t b_[4];                                                                     \
+        fa_ldsm_x4_t(b_, (tile) + (kc_ * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * (LD) +  \
+                             n_ * 8 + (lane >> 4) * 8);                                     \
+        fa_mma(acc[n_], a_, b_[0], b_[1]);                                                  \
+        fa_mma(acc[n_ + 1], a_, b_[2], b_[3]);                                              \
+      }                                                                                     \
+    }                                                                                       \
+  } while (0)
+
 typedef uint16_t fa_elem; /* bf16 or f16 bits */
 
 FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_t h) {

@@ -155,21 +155,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
           l[e >> 1] += pv;
         }
       /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
-      FA_UNROLL
-      for (int kc = 0; kc < F_BN / 16; kc++) {
-        uint32_t pa[4];
-        pa[0] = fa_pack(S[2 * kc][0], S[2 * kc][1]);
-        pa[1] = fa_pack(S[2 * kc][2], S[2 * kc][3]);
-        pa[2] = fa_pack(S[2 * kc + 1][0], S[2 * kc + 1][1]);
-        pa[3] = fa_pack(S[2 * kc + 1][2], S[2 * kc + 1][3]);
-        FA_UNROLL
-        for (int n = 0; n < DV / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4_t(bf, vb + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SV + n * 8 + (lane >> 4) * 8);
-          fa_mma(acc[n], pa, bf[0], bf[1]);
-          fa_mma(acc[n + 1], pa, bf[2], bf[3]);
-        }
-      }
+      FA_MMA_SCORES_SMEM(acc, S, F_BN, DV, vb, SV);
     }
     cur = nxt;
     have = have_next;
