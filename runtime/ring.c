@@ -38,7 +38,6 @@ static void fwd_free(fwd_run *run) {
   attn__ring_plan_free(&run->pl);
 }
 
-static void *alloc_bytes(int64_t bytes) { return malloc((size_t)(bytes > 0 ? bytes : 1)); }
 
 /* The schedule of this rank, the buffers sized for its largest message each way (shards of
  * uneven length differ by a row), and the state. */
@@ -58,11 +57,11 @@ static attn_status fwd_alloc(fwd_run *run) {
     rmax = rb > rmax ? rb : rmax;
   }
   const int64_t rows = pl->qsh[r].rows, n = pl->B * pl->Hq * rows;
-  run->st = (attn_state){alloc_bytes(n * 4), alloc_bytes(n * 4), alloc_bytes(n * pl->Dv * 4),
+  run->st = (attn_state){attn__ring_alloc(n * 4), attn__ring_alloc(n * 4), attn__ring_alloc(n * pl->Dv * 4),
                          pl->B, pl->Hq, rows, pl->Dv};
-  run->sbuf = alloc_bytes(smax);
-  run->cur = alloc_bytes(rmax);
-  run->rbuf = alloc_bytes(rmax);
+  run->sbuf = attn__ring_alloc(smax);
+  run->cur = attn__ring_alloc(rmax);
+  run->rbuf = attn__ring_alloc(rmax);
   if (!run->st.m || !run->st.l || !run->st.acc || !run->sbuf || !run->cur || !run->rbuf)
     return attn__fail(ATTN_ERR_OUT_OF_MEMORY,
                       "ring: state (%lld rows) and K/V buffers (%lld + 2 x %lld bytes) "

@@ -42,6 +42,8 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
                                  const attn_tensor *q, const attn_tensor *k,
                                  const attn_tensor *v);
 void attn__ring_plan_free(ring_plan *pl);
+/* malloc of at least one byte, so a zero-sized buffer of an idle rank is still a pointer. */
+void *attn__ring_alloc(int64_t bytes);
 
 /* Pre-flight over the CP group, before any exchange: every rank contributes the problem's
  * fingerprint and whether its own checks (local) passed. Returns ATTN_OK only when every

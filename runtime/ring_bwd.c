@@ -45,7 +45,6 @@ static void bwd_free(bwd_run *run) {
   attn__ring_plan_free(&run->pl);
 }
 
-static void *alloc_bytes(int64_t bytes) { return malloc((size_t)(bytes > 0 ? bytes : 1)); }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Bytes of the two parts of the message of step s, sent (out) or received (in). */
@@ -83,11 +82,11 @@ static attn_status bwd_alloc(bwd_run *run) {
     if (s < P) amax = max64(amax, attn__ring_kv_bytes(pl, &run->g_acc[s]));
   }
   const int64_t n = pl->B * pl->Hq * pl->qsh[r].rows;
-  run->delta = alloc_bytes(n * 4);
-  run->sbuf = alloc_bytes(smax);
-  run->cur = alloc_bytes(rmax);
-  run->rbuf = alloc_bytes(rmax);
-  run->acc = alloc_bytes(amax);
+  run->delta = attn__ring_alloc(n * 4);
+  run->sbuf = attn__ring_alloc(smax);
+  run->cur = attn__ring_alloc(rmax);
+  run->rbuf = attn__ring_alloc(rmax);
+  run->acc = attn__ring_alloc(amax);
   if (!run->delta || !run->sbuf || !run->cur || !run->rbuf || !run->acc)
     return attn__fail(ATTN_ERR_OUT_OF_MEMORY,
                       "ring: backward buffers (%lld + 2 x %lld + %lld bytes) allocation failed",

@@ -454,3 +454,5 @@ void attn__ring_zero_tensor(const attn_tensor *t) {
         memset(p + b * t->stride[0] + s * t->stride[1] + h * t->stride[2], 0,
                (size_t)t->shape[3] * sizeof(float));
 }
+
+void *attn__ring_alloc(int64_t bytes) { return malloc((size_t)(bytes > 0 ? bytes : 1)); }
