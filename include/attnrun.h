@@ -351,7 +351,8 @@ ATTN_API attn_status attn_layer_bwd(attn_layer_t layer, const float *dy, float *
 ATTN_API attn_status attn_layer_get_dsinks(attn_layer_t layer, float *dsinks);
 
 /* Forward FLOPs by the peers' rule: 2*B*Hq*Sq*Skv*(Dqk+Dv) (= 4*..*D), halved when
- * causal; backward is 2.5x that. */
+ * causal; backward is 2.5x that. With varlen it sums over the sequences, reading
+ * spec->cu_seqlens_* on the host: pass a spec with host arrays. */
 ATTN_API double attn_flops_fwd(const attn_spec *spec, int64_t batch, int64_t seq_q,
                                int64_t seq_kv);
 
