@@ -51,6 +51,17 @@ struct attn__comm {
 /* Wraps a duplicate of *(MPI_Comm *)mpi_comm. timeout_s <= 0 → ATTN_TIMEOUT or 300. */
 attn_status attn__comm_mpi_create(const void *mpi_comm, double timeout_s, attn__comm **out);
 
+/* NCCL on device buffers (comm/nccl.c, built with CUDA and NCCL): rank 0's unique id goes
+ * out over mpi_parent (timed allgather); a non-blocking communicator on `device`; work
+ * runs on our own comm stream, ordered after `stream` (a cudaStream_t) by events.
+ * mpi_parent is borrowed and must outlive the result; split also splits it.
+ * timeout_s <= 0 → mpi_parent->timeout_s. Not yet run on a GPU. */
+attn_status attn__comm_nccl_create(attn__comm *mpi_parent, int device, void *stream,
+                                   double timeout_s, attn__comm **out);
+/* Device buffers over MPI through pinned host copies (several ranks on one GPU); every
+ * call synchronises `stream`. mpi is borrowed. */
+attn_status attn__comm_staged_create(attn__comm *mpi, void *stream, attn__comm **out);
+
 /* Pre-flight: every rank contributes what it believes (fields named); if any rank
  * disagrees, all return ATTN_ERR_MISMATCH with one message naming the first differing
  * field, the values and the ranks. */

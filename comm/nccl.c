@@ -1,0 +1,731 @@
+/* nccl.c — the device-buffer transports of comm.h: NCCL (non-blocking communicator, comm stream with events, timed watchdog) and an MPI-staged path for ranks sharing one GPU. */
+#include "comm.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One exchange in flight on the comm stream; done is recorded after its group. */
+struct attn__comm_req {
+  attn__comm_req *next;
+  int to, from;
+  int64_t sbytes, rbytes;
+  cudaEvent_t done;
+};
+
+typedef struct {
+  attn__comm *mpi;      /* the MPI communicator with the same members (ids, splits) */
+  int own_mpi;          /* 1 for children of split: destroyed with this one */
+  ncclComm_t comm;      /* NULL once aborted */
+  int device;
+  cudaStream_t compute; /* the caller's stream */
+  cudaStream_t cs;      /* our comm stream */
+  cudaEvent_t ready;    /* recorded on compute before each operation */
+  attn__comm_req *pending;
+  int64_t nallreduce;   /* allreduce calls so far: the fault-injection step */
+  attn_status dead_status;
+  char why[512];
+} nccl_impl;
+
+static const attn__comm_ops nccl_ops;
+
+/* ---- small helpers (same policy as mpi.c) ---------------------------------------- */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+  int spins;
+  long sleep_ns;
+} backoff;
+
+static void backoff_wait(backoff *b) {
+  if (b->spins < 64) {
+    b->spins++;
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, b->sleep_ns};
+  nanosleep(&ts, NULL);
+  if (b->sleep_ns < 1000000) b->sleep_ns *= 2;
+}
+
+static nccl_impl *impl_of(attn__comm *c) { return (nccl_impl *)c->impl; }
+static int my_world_rank(const attn__comm *c) { return c->world_ranks[c->rank]; }
+static int world_of(const attn__comm *c, int r) {
+  return r >= 0 && r < c->size ? c->world_ranks[r] : -1;
+}
+
+static void kill_comm(nccl_impl *m) {
+  if (m->comm) ncclCommAbort(m->comm);
+  m->comm = NULL;
+}
+
+static void mark_dead(attn__comm *c, attn_status status, const char *why) {
+  nccl_impl *m = impl_of(c);
+  kill_comm(m);
+  if (c->dead) return; /* keep the first reason */
+  c->dead = 1;
+  m->dead_status = status;
+  snprintf(m->why, sizeof m->why, "%s", why);
+}
+
+static attn_status dead_fail(attn__comm *c, const char *what) {
+  nccl_impl *m = impl_of(c);
+  return attn__fail(m->dead_status,
+                    "%s on world rank %d: the NCCL communicator is no longer usable (%s); "
+                    "destroy the group and end the job or create a new one",
+                    what, my_world_rank(c), m->why);
+}
+
+static attn_status nccl_fail(attn__comm *c, ncclResult_t r, const char *what) {
+  nccl_impl *m = c ? impl_of(c) : NULL;
+  const char *last = m && m->comm ? ncclGetLastError(m->comm) : ncclGetLastError(NULL);
+  attn_status st = attn__fail(ATTN_ERR_NCCL, "%s failed on world rank %d: %s%s%s", what,
+                              c ? my_world_rank(c) : -1, ncclGetErrorString(r),
+                              last && *last ? ": " : "", last ? last : "");
+  if (c) mark_dead(c, ATTN_ERR_NCCL, attn_last_error());
+  return st;
+}
+
+static attn_status cuda_fail(attn__comm *c, cudaError_t e, const char *what) {
+  attn_status st = attn__fail(ATTN_ERR_CUDA, "%s failed on world rank %d: %s", what,
+                              c ? my_world_rank(c) : -1, cudaGetErrorString(e));
+  if (c) mark_dead(c, ATTN_ERR_CUDA, attn_last_error());
+  return st;
+}
+
+static attn_status type_info(attn__comm_type type, ncclDataType_t *dt, size_t *bytes) {
+  switch (type) {
+    case ATTN_COMM_F32: *dt = ncclFloat32; *bytes = 4; return ATTN_OK;
+    case ATTN_COMM_F64: *dt = ncclFloat64; *bytes = 8; return ATTN_OK;
+    case ATTN_COMM_I64: *dt = ncclInt64; *bytes = 8; return ATTN_OK;
+  }
+  return attn__fail(ATTN_ERR_INVALID_ARG, "comm type=%d is not f32 (0), f64 (1) or i64 (2)",
+                    (int)type);
+}
+
+/* ---- the watchdog --------------------------------------------------------------------- */
+/* Polls comm's async state until it leaves ncclInProgress (non-blocking init, split,
+ * enqueue, group end). 0 done, 1 timeout, 2 NCCL error (*res). */
+static int settle(ncclComm_t comm, double deadline, ncclResult_t *res) {
+  backoff b = {0, 1000};
+  for (;;) {
+    ncclResult_t r = ncclSuccess, e = ncclCommGetAsyncError(comm, &r);
+    if (e != ncclSuccess) r = e;
+    if (r == ncclSuccess) return 0;
+    if (r != ncclInProgress) return *res = r, 2;
+    if (now_s() >= deadline) return 1;
+    backoff_wait(&b);
+  }
+}
+
+/* A call's result on the non-blocking communicator: in progress → wait for it. */
+static attn_status call_done(attn__comm *c, ncclResult_t r, const char *what) {
+  if (r == ncclSuccess) return ATTN_OK;
+  if (r != ncclInProgress) return nccl_fail(c, r, what);
+  int w = settle(impl_of(c)->comm, now_s() + c->timeout_s, &r);
+  if (w == 2) return nccl_fail(c, r, what);
+  if (w == 0) return ATTN_OK;
+  attn_status st = attn__fail(ATTN_ERR_TIMEOUT,
+                              "%s did not get enqueued within %g s on world rank %d (a peer "
+                              "of this %d-rank NCCL communicator is missing or stuck)",
+                              what, c->timeout_s, my_world_rank(c), c->size);
+  mark_dead(c, ATTN_ERR_TIMEOUT, attn_last_error());
+  return st;
+}
+
+/* Host waits for ev (recorded on the comm stream) with the timeout; peers names who. */
+static attn_status event_wait(attn__comm *c, cudaEvent_t ev, const char *what, const char *peers) {
+  nccl_impl *m = impl_of(c);
+  double deadline = now_s() + c->timeout_s;
+  backoff b = {0, 1000};
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return ATTN_OK;
+    if (e != cudaErrorNotReady) return cuda_fail(c, e, what);
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(m->comm, &r) == ncclSuccess && r != ncclSuccess &&
+        r != ncclInProgress)
+      return nccl_fail(c, r, what);
+    if (now_s() >= deadline) break;
+    backoff_wait(&b);
+  }
+  attn_status st = attn__fail(ATTN_ERR_TIMEOUT,
+                              "%s timed out after %g s on world rank %d: %s; the NCCL "
+                              "communicator was aborted; raise ATTN_TIMEOUT if the peer is "
+                              "only slow",
+                              what, c->timeout_s, my_world_rank(c), peers);
+  mark_dead(c, ATTN_ERR_TIMEOUT, attn_last_error());
+  return st;
+}
+
+/* The comm stream waits for everything queued so far on the compute stream. */
+static attn_status stream_enter(attn__comm *c, const char *what) {
+  nccl_impl *m = impl_of(c);
+  cudaError_t e = cudaSetDevice(m->device);
+  if (e == cudaSuccess) e = cudaEventRecord(m->ready, m->compute);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(m->cs, m->ready, 0);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(c, e, what);
+}
+
+/* Records done on the comm stream, waits for it with the watchdog, and orders the
+ * compute stream after it. */
+static attn_status coll_finish(attn__comm *c, const char *what) {
+  nccl_impl *m = impl_of(c);
+  cudaEvent_t done;
+  cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (e != cudaSuccess) return cuda_fail(c, e, what);
+  e = cudaEventRecord(done, m->cs);
+  attn_status st = e == cudaSuccess ? ATTN_OK : cuda_fail(c, e, what);
+  char who[64];
+  snprintf(who, sizeof who, "some of the %d ranks did not join", c->size);
+  if (st == ATTN_OK) st = event_wait(c, done, what, who);
+  if (st == ATTN_OK && (e = cudaStreamWaitEvent(m->compute, done, 0)) != cudaSuccess)
+    st = cuda_fail(c, e, what);
+  cudaEventDestroy(done);
+  return st;
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+static attn_status nccl_allreduce_sum(attn__comm *c, void *buf, int64_t count,
+                                      attn__comm_type type) {
+  attn__fault_point("allreduce", (int)impl_of(c)->nallreduce++);
+  if (c->dead) return dead_fail(c, "allreduce");
+  ncclDataType_t dt = ncclFloat32;
+  size_t es = 4;
+  ATTN_CHECK(type_info(type, &dt, &es));
+  if (count < 0 || (count > 0 && !buf))
+    return attn__fail(ATTN_ERR_INVALID_ARG, "allreduce: count=%lld buf=%p is not valid",
+                      (long long)count, buf);
+  if (count == 0) return ATTN_OK;
+  ATTN_CHECK(stream_enter(c, "allreduce"));
+  nccl_impl *m = impl_of(c);
+  ATTN_CHECK(call_done(c, ncclAllReduce(buf, buf, (size_t)count, dt, ncclSum, m->comm, m->cs),
+                       "ncclAllReduce"));
+  return coll_finish(c, "allreduce");
+}
+
+static attn_status bytes_check(attn__comm *c, const char *what, const void *send, void *recv,
+                               int64_t bytes) {
+  if (c->dead) return dead_fail(c, what);
+  if (bytes < 0 || (bytes > 0 && (!send || !recv)))
+    return attn__fail(ATTN_ERR_INVALID_ARG, "%s: send=%p recv=%p bytes=%lld is not valid", what,
+                      send, recv, (long long)bytes);
+  return ATTN_OK;
+}
+
+static attn_status nccl_allgather(attn__comm *c, const void *send, void *recv, int64_t bytes) {
+  ATTN_CHECK(bytes_check(c, "allgather", send, recv, bytes));
+  if (bytes == 0) return ATTN_OK;
+  ATTN_CHECK(stream_enter(c, "allgather"));
+  nccl_impl *m = impl_of(c);
+  ATTN_CHECK(call_done(c, ncclAllGather(send, recv, (size_t)bytes, ncclUint8, m->comm, m->cs),
+                       "ncclAllGather"));
+  return coll_finish(c, "allgather");
+}
+
+static attn_status nccl_alltoall(attn__comm *c, const void *send, void *recv, int64_t bytes) {
+  ATTN_CHECK(bytes_check(c, "alltoall", send, recv, bytes));
+  if (bytes == 0) return ATTN_OK;
+  ATTN_CHECK(stream_enter(c, "alltoall"));
+  nccl_impl *m = impl_of(c);
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < c->size && (r == ncclSuccess || r == ncclInProgress); p++) {
+    r = ncclSend((const char *)send + (size_t)p * (size_t)bytes, (size_t)bytes, ncclUint8, p,
+                 m->comm, m->cs);
+    if (r == ncclSuccess || r == ncclInProgress)
+      r = ncclRecv((char *)recv + (size_t)p * (size_t)bytes, (size_t)bytes, ncclUint8, p,
+                   m->comm, m->cs);
+  }
+  ncclResult_t g = ncclGroupEnd();
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, r, "alltoall: ncclSend/ncclRecv");
+  ATTN_CHECK(call_done(c, g, "alltoall: ncclGroupEnd"));
+  return coll_finish(c, "alltoall");
+}
+
+/* ---- the ring exchange ---------------------------------------------------------------- */
+static void pending_unlink(nccl_impl *m, attn__comm_req *q) {
+  for (attn__comm_req **p = &m->pending; *p; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      return;
+    }
+}
+
+static attn_status nccl_exchange_start(attn__comm *c, const void *sbuf, int64_t sbytes, int to,
+                                       void *rbuf, int64_t rbytes, int from,
+                                       attn__comm_req **req) {
+  if (req) *req = NULL;
+  if (c->dead) return dead_fail(c, "exchange");
+  if (!req || to >= c->size || from >= c->size || (to >= 0 && (sbytes < 0 || (sbytes > 0 && !sbuf))) ||
+      (from >= 0 && (rbytes < 0 || (rbytes > 0 && !rbuf))))
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "exchange: to=%d from=%d sbuf=%p sbytes=%lld rbuf=%p rbytes=%lld req=%p "
+                      "is not valid on a %d-rank communicator",
+                      to, from, sbuf, (long long)sbytes, rbuf, (long long)rbytes, (void *)req,
+                      c->size);
+  nccl_impl *m = impl_of(c);
+  attn__comm_req *q = calloc(1, sizeof *q);
+  if (!q) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "exchange: request allocation failed");
+  *q = (attn__comm_req){NULL, to, from, sbytes, rbytes, NULL};
+  attn_status st = stream_enter(c, "exchange");
+  cudaError_t e = cudaSuccess;
+  if (st == ATTN_OK && (e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming)))
+    st = cuda_fail(c, e, "exchange: cudaEventCreate");
+  if (st == ATTN_OK) {
+    ncclResult_t r = ncclGroupStart();
+    if (to >= 0 && (r == ncclSuccess || r == ncclInProgress))
+      r = ncclSend(sbuf, (size_t)sbytes, ncclUint8, to, m->comm, m->cs);
+    if (from >= 0 && (r == ncclSuccess || r == ncclInProgress))
+      r = ncclRecv(rbuf, (size_t)rbytes, ncclUint8, from, m->comm, m->cs);
+    ncclResult_t g = ncclGroupEnd();
+    st = r != ncclSuccess && r != ncclInProgress ? nccl_fail(c, r, "exchange: ncclSend/ncclRecv")
+                                                 : call_done(c, g, "exchange: ncclGroupEnd");
+  }
+  if (st == ATTN_OK && (e = cudaEventRecord(q->done, m->cs)) != cudaSuccess)
+    st = cuda_fail(c, e, "exchange: cudaEventRecord");
+  if (st != ATTN_OK) {
+    if (q->done) cudaEventDestroy(q->done);
+    free(q);
+    return st;
+  }
+  q->next = m->pending;
+  m->pending = q;
+  *req = q;
+  return ATTN_OK;
+}
+
+static attn_status nccl_exchange_wait(attn__comm *c, attn__comm_req *q) {
+  if (!q) return attn__fail(ATTN_ERR_INVALID_ARG, "exchange_wait: req is NULL");
+  nccl_impl *m = impl_of(c);
+  pending_unlink(m, q);
+  attn_status st;
+  if (c->dead) {
+    st = dead_fail(c, "exchange");
+  } else {
+    char who[200];
+    int n = 0;
+    who[0] = '\0';
+    if (q->from >= 0)
+      n = snprintf(who, sizeof who, "receive of %lld bytes from world rank %d",
+                   (long long)q->rbytes, world_of(c, q->from));
+    if (q->to >= 0)
+      snprintf(who + n, sizeof who - (size_t)n, "%ssend of %lld bytes to world rank %d",
+               n ? ", " : "", (long long)q->sbytes, world_of(c, q->to));
+    st = event_wait(c, q->done, "ring exchange", who);
+    cudaError_t e;
+    if (st == ATTN_OK && (e = cudaStreamWaitEvent(m->compute, q->done, 0)) != cudaSuccess)
+      st = cuda_fail(c, e, "exchange: cudaStreamWaitEvent");
+  }
+  cudaEventDestroy(q->done);
+  free(q);
+  return st;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------- */
+static attn_status nccl_abort(attn__comm *c, const char *why) {
+  if (!c) return ATTN_OK;
+  mark_dead(c, ATTN_ERR_NCCL, why && *why ? why : "aborted");
+  return ATTN_OK;
+}
+
+static attn_status nccl_destroy(attn__comm *c) {
+  if (!c) return ATTN_OK;
+  nccl_impl *m = impl_of(c);
+  attn_status st = ATTN_OK;
+  cudaSetDevice(m->device);
+  if (m->comm && !c->dead) {
+    ncclResult_t r = ncclCommFinalize(m->comm);
+    if (r == ncclInProgress && settle(m->comm, now_s() + c->timeout_s, &r) == 0) r = ncclSuccess;
+    if (r == ncclSuccess) {
+      ncclCommDestroy(m->comm);
+      m->comm = NULL;
+    } else {
+      st = attn__fail(ATTN_ERR_NCCL, "destroy: ncclCommFinalize did not finish on world rank %d; "
+                      "the communicator was aborted", my_world_rank(c));
+    }
+  }
+  kill_comm(m);
+  while (m->pending) {
+    attn__comm_req *q = m->pending;
+    m->pending = q->next;
+    cudaEventDestroy(q->done);
+    free(q);
+  }
+  if (m->ready) cudaEventDestroy(m->ready);
+  if (m->cs) cudaStreamDestroy(m->cs);
+  if (m->own_mpi && m->mpi) m->mpi->ops->destroy(m->mpi);
+  free(c->world_ranks);
+  free(m);
+  free(c);
+  return st;
+}
+
+static ncclConfig_t nonblocking_config(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+/* Wraps an initialised (or initialising) NCCL comm; mpi gives the members' world ranks. */
+static attn_status wrap(attn__comm *mpi, int own_mpi, int device, cudaStream_t compute,
+                        double timeout_s, attn__comm **out) {
+  attn__comm *c = calloc(1, sizeof *c);
+  nccl_impl *m = calloc(1, sizeof *m);
+  int *wr = malloc((size_t)mpi->size * sizeof *wr);
+  if (!c || !m || !wr) {
+    free(c), free(m), free(wr);
+    if (own_mpi) mpi->ops->destroy(mpi);
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "NCCL communicator allocation failed");
+  }
+  memcpy(wr, mpi->world_ranks, (size_t)mpi->size * sizeof *wr);
+  *c = (attn__comm){&nccl_ops, mpi->rank, mpi->size, timeout_s, 0, wr[0], wr, m};
+  m->mpi = mpi;
+  m->own_mpi = own_mpi;
+  m->device = device;
+  m->compute = compute;
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&m->cs, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    attn_status st = cuda_fail(c, e, "NCCL communicator: stream/event creation");
+    nccl_destroy(c);
+    return st;
+  }
+  *out = c;
+  return ATTN_OK;
+}
+
+/* Waits for a non-blocking init/split of c's comm; on failure destroys c. */
+static attn_status init_wait(attn__comm *c, ncclResult_t r, const char *what) {
+  nccl_impl *m = impl_of(c);
+  int w = 0;
+  if (r == ncclInProgress) w = settle(m->comm, now_s() + c->timeout_s, &r);
+  else if (r != ncclSuccess) w = 2;
+  attn_status st = ATTN_OK;
+  if (w == 2) st = nccl_fail(c, r, what);
+  if (w == 1) {
+    st = attn__fail(ATTN_ERR_TIMEOUT,
+                    "%s timed out after %g s on world rank %d: not every one of the %d ranks "
+                    "joined (or one is stuck); raise ATTN_TIMEOUT if they are only slow",
+                    what, c->timeout_s, my_world_rank(c), c->size);
+    mark_dead(c, ATTN_ERR_TIMEOUT, attn_last_error());
+  }
+  if (st != ATTN_OK) nccl_destroy(c);
+  return st;
+}
+
+static attn_status nccl_split(attn__comm *c, int color, int key, attn__comm **out) {
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "split: out (attn__comm **) is NULL");
+  *out = NULL;
+  if (c->dead) return dead_fail(c, "split");
+  if (color < 0) return attn__fail(ATTN_ERR_INVALID_ARG, "split: color=%d must be >= 0", color);
+  nccl_impl *m = impl_of(c);
+  /* The timed MPI split first: a missing rank times out there, and the MPI child (same
+   * members, same order: key, then parent rank) names the members in messages. */
+  attn__comm *mchild = NULL;
+  ATTN_CHECK(m->mpi->ops->split(m->mpi, color, key, &mchild));
+  attn__comm *nc = NULL;
+  ATTN_CHECK(wrap(mchild, 1, m->device, m->compute, c->timeout_s, &nc));
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t newcomm = NULL;
+  ncclResult_t r = ncclCommSplit(m->comm, color, key, &newcomm, &cfg);
+  impl_of(nc)->comm = newcomm;
+  if (!newcomm) {
+    nccl_destroy(nc);
+    return nccl_fail(c, r == ncclSuccess ? ncclInternalError : r, "ncclCommSplit");
+  }
+  ATTN_CHECK(init_wait(nc, r, "ncclCommSplit"));
+  *out = nc;
+  return ATTN_OK;
+}
+
+attn_status attn__comm_nccl_create(attn__comm *mpi_parent, int device, void *stream,
+                                   double timeout_s, attn__comm **out) {
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn__comm **) is NULL");
+  *out = NULL;
+  if (!mpi_parent || mpi_parent->dead)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "NCCL create: the MPI parent is %s",
+                      mpi_parent ? "dead" : "NULL");
+  if (timeout_s <= 0) timeout_s = mpi_parent->timeout_s;
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_fail(NULL, e, "NCCL create: cudaSetDevice");
+  /* Rank 0's unique id reaches every rank through a (timed) MPI allgather. */
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (mpi_parent->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return nccl_fail(NULL, r, "ncclGetUniqueId");
+  }
+  ncclUniqueId *all = malloc((size_t)mpi_parent->size * sizeof *all);
+  if (!all) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "NCCL create: id buffer");
+  attn_status st = mpi_parent->ops->allgather(mpi_parent, &id, all, sizeof id);
+  if (st == ATTN_OK) id = all[0];
+  free(all);
+  ATTN_CHECK(st);
+  attn__comm *c = NULL;
+  ATTN_CHECK(wrap(mpi_parent, 0, device, (cudaStream_t)stream, timeout_s, &c));
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, c->size, id, c->rank, &cfg);
+  impl_of(c)->comm = comm;
+  if (!comm) {
+    st = nccl_fail(c, r == ncclSuccess ? ncclInternalError : r, "ncclCommInitRankConfig");
+    nccl_destroy(c);
+    return st;
+  }
+  ATTN_CHECK(init_wait(c, r, "ncclCommInitRankConfig"));
+  *out = c;
+  return ATTN_OK;
+}
+
+static const attn__comm_ops nccl_ops = {
+    .name = "nccl",
+    .split = nccl_split,
+    .destroy = nccl_destroy,
+    .allreduce_sum = nccl_allreduce_sum,
+    .allgather = nccl_allgather,
+    .alltoall = nccl_alltoall,
+    .exchange_start = nccl_exchange_start,
+    .exchange_wait = nccl_exchange_wait,
+    .abort = nccl_abort,
+};
+
+/* ---- the MPI-staged transport ------------------------------------------------------------ */
+/* Device buffers over an MPI communicator through pinned host copies: for several ranks
+ * sharing one GPU, where NCCL refuses duplicate devices. Each operation synchronises the
+ * caller's stream (copies in, MPI, copies out). */
+typedef struct staged_req {
+  attn__comm_req *inner; /* the MPI exchange */
+  void *sh, *rh;         /* pinned staging of this exchange */
+  void *rbuf;
+  int64_t rbytes;
+  struct staged_req *next; /* pending list */
+} staged_req;
+
+typedef struct {
+  attn__comm *mpi;
+  int own_mpi;
+  cudaStream_t stream;
+  void *stage; /* pinned staging for collectives */
+  size_t cap;
+  staged_req *pending;
+  attn_status dead_status; /* the first failure's status */
+} staged_impl;
+
+static const attn__comm_ops staged_ops;
+static staged_impl *simpl(attn__comm *c) { return (staged_impl *)c->impl; }
+
+static attn_status staged_cuda(attn__comm *c, cudaError_t e, const char *what) {
+  attn_status st = attn__fail(ATTN_ERR_CUDA, "staged %s failed on world rank %d: %s", what,
+                              my_world_rank(c), cudaGetErrorString(e));
+  simpl(c)->mpi->ops->abort(simpl(c)->mpi, attn_last_error());
+  if (!c->dead) simpl(c)->dead_status = st;
+  c->dead = 1;
+  return st;
+}
+
+static attn_status pinned(attn__comm *c, void **p, size_t bytes) {
+  cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+  if (e != cudaSuccess) *p = NULL;
+  return e == cudaSuccess ? ATTN_OK : staged_cuda(c, e, "cudaMallocHost");
+}
+
+/* Async copy on the caller's stream, then wait for the stream. */
+static attn_status copy_sync(attn__comm *c, void *dst, const void *src, size_t bytes,
+                             enum cudaMemcpyKind kind) {
+  if (!bytes) return ATTN_OK;
+  cudaStream_t s = simpl(c)->stream;
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? ATTN_OK : staged_cuda(c, e, "cudaMemcpyAsync");
+}
+
+static attn_status stage_get2(attn__comm *c, size_t bytes, char **out) {
+  staged_impl *s = simpl(c);
+  if (bytes > s->cap) {
+    if (s->stage) cudaFreeHost(s->stage);
+    s->stage = NULL;
+    s->cap = 0;
+    ATTN_CHECK(pinned(c, &s->stage, bytes));
+    s->cap = bytes;
+  }
+  *out = s->stage;
+  return ATTN_OK;
+}
+
+static attn_status staged_dead(attn__comm *c, const char *what) {
+  return attn__fail(simpl(c)->dead_status, "staged %s on world rank %d: the communicator is "
+                    "no longer usable after an earlier failure; destroy the group", what,
+                    my_world_rank(c));
+}
+
+static attn_status staged_allreduce_sum(attn__comm *c, void *buf, int64_t count,
+                                        attn__comm_type type) {
+  ncclDataType_t dt = ncclFloat32;
+  size_t es = 4;
+  if (c->dead) return staged_dead(c, "allreduce");
+  ATTN_CHECK(type_info(type, &dt, &es));
+  if (count <= 0 || !buf) return simpl(c)->mpi->ops->allreduce_sum(simpl(c)->mpi, buf, count, type);
+  size_t bytes = (size_t)count * es;
+  char *h = NULL;
+  ATTN_CHECK(stage_get2(c, bytes, &h));
+  ATTN_CHECK(copy_sync(c, h, buf, bytes, cudaMemcpyDeviceToHost));
+  ATTN_CHECK(simpl(c)->mpi->ops->allreduce_sum(simpl(c)->mpi, h, count, type));
+  return copy_sync(c, buf, h, bytes, cudaMemcpyHostToDevice);
+}
+
+typedef attn_status (*bytes_op)(attn__comm *, const void *, void *, int64_t);
+
+/* allgather / alltoall: send [in_blocks][bytes] staged, recv [size][bytes] staged. */
+static attn_status staged_bytes(attn__comm *c, bytes_op op, int in_blocks, const void *send,
+                                void *recv, int64_t bytes) {
+  if (c->dead) return staged_dead(c, "collective");
+  if (bytes <= 0 || !send || !recv) return op(simpl(c)->mpi, send, recv, bytes);
+  size_t in = (size_t)in_blocks * (size_t)bytes, outb = (size_t)c->size * (size_t)bytes;
+  char *h = NULL;
+  ATTN_CHECK(stage_get2(c, in + outb, &h));
+  ATTN_CHECK(copy_sync(c, h, send, in, cudaMemcpyDeviceToHost));
+  ATTN_CHECK(op(simpl(c)->mpi, h, h + in, bytes));
+  return copy_sync(c, recv, h + in, outb, cudaMemcpyHostToDevice);
+}
+
+static attn_status staged_allgather(attn__comm *c, const void *send, void *recv, int64_t bytes) {
+  return staged_bytes(c, simpl(c)->mpi->ops->allgather, 1, send, recv, bytes);
+}
+
+static attn_status staged_alltoall(attn__comm *c, const void *send, void *recv, int64_t bytes) {
+  return staged_bytes(c, simpl(c)->mpi->ops->alltoall, c->size, send, recv, bytes);
+}
+
+static void sreq_free(staged_req *q, int keep_recv) {
+  if (q->sh) cudaFreeHost(q->sh);
+  if (q->rh && !keep_recv) cudaFreeHost(q->rh); /* kept: a late MPI receive may land there */
+  free(q);
+}
+
+static attn_status staged_exchange_start(attn__comm *c, const void *sbuf, int64_t sbytes, int to,
+                                         void *rbuf, int64_t rbytes, int from,
+                                         attn__comm_req **req) {
+  if (req) *req = NULL;
+  if (c->dead) return staged_dead(c, "exchange");
+  if (!req || (to >= 0 && sbytes < 0) || (from >= 0 && rbytes < 0))
+    return attn__fail(ATTN_ERR_INVALID_ARG, "staged exchange: sbytes=%lld rbytes=%lld req=%p "
+                      "is not valid", (long long)sbytes, (long long)rbytes, (void *)req);
+  staged_impl *s = simpl(c);
+  staged_req *q = calloc(1, sizeof *q);
+  if (!q) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "staged exchange: request allocation");
+  q->rbuf = rbuf;
+  q->rbytes = from >= 0 ? rbytes : 0;
+  size_t sb = to >= 0 && sbuf ? (size_t)sbytes : 0;
+  attn_status st = pinned(c, &q->sh, sb);
+  if (st == ATTN_OK) st = pinned(c, &q->rh, (size_t)q->rbytes);
+  if (st == ATTN_OK) st = copy_sync(c, q->sh, sbuf, sb, cudaMemcpyDeviceToHost);
+  if (st == ATTN_OK)
+    st = s->mpi->ops->exchange_start(s->mpi, sbuf ? q->sh : NULL, sbytes, to,
+                                     rbuf ? q->rh : NULL, rbytes, from, &q->inner);
+  if (st != ATTN_OK) {
+    sreq_free(q, 0);
+    return st;
+  }
+  q->next = s->pending;
+  s->pending = q;
+  *req = (attn__comm_req *)q;
+  return ATTN_OK;
+}
+
+static attn_status staged_exchange_wait(attn__comm *c, attn__comm_req *req) {
+  staged_req *q = (staged_req *)req;
+  if (!q) return attn__fail(ATTN_ERR_INVALID_ARG, "exchange_wait: req is NULL");
+  staged_impl *s = simpl(c);
+  for (staged_req **p = &s->pending; *p; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
+  attn_status st = s->mpi->ops->exchange_wait(s->mpi, q->inner);
+  if (st == ATTN_OK && q->rbuf)
+    st = copy_sync(c, q->rbuf, q->rh, (size_t)q->rbytes, cudaMemcpyHostToDevice);
+  if (st != ATTN_OK && !c->dead) s->dead_status = st;
+  if (st != ATTN_OK) c->dead = 1;
+  sreq_free(q, st != ATTN_OK);
+  return st;
+}
+
+static attn_status staged_abort(attn__comm *c, const char *why) {
+  if (!c) return ATTN_OK;
+  c->dead = 1;
+  return simpl(c)->mpi->ops->abort(simpl(c)->mpi, why);
+}
+
+static attn_status staged_destroy(attn__comm *c) {
+  if (!c) return ATTN_OK;
+  staged_impl *s = simpl(c);
+  while (s->pending) { /* the MPI destroy cancels their requests; keep their buffers */
+    staged_req *q = s->pending;
+    s->pending = q->next;
+    if (q->sh) cudaFreeHost(q->sh);
+    free(q);
+  }
+  if (s->own_mpi) s->mpi->ops->destroy(s->mpi);
+  if (s->stage) cudaFreeHost(s->stage);
+  free(c->world_ranks);
+  free(s);
+  free(c);
+  return ATTN_OK;
+}
+
+static attn_status staged_wrap(attn__comm *mpi, int own, void *stream, attn__comm **out) {
+  attn__comm *c = calloc(1, sizeof *c);
+  staged_impl *s = calloc(1, sizeof *s);
+  int *wr = malloc((size_t)mpi->size * sizeof *wr);
+  if (!c || !s || !wr) {
+    free(c), free(s), free(wr);
+    if (own) mpi->ops->destroy(mpi);
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "staged communicator allocation failed");
+  }
+  memcpy(wr, mpi->world_ranks, (size_t)mpi->size * sizeof *wr);
+  *c = (attn__comm){&staged_ops, mpi->rank, mpi->size, mpi->timeout_s, 0, wr[0], wr, s};
+  s->mpi = mpi;
+  s->own_mpi = own;
+  s->stream = (cudaStream_t)stream;
+  *out = c;
+  return ATTN_OK;
+}
+
+static attn_status staged_split(attn__comm *c, int color, int key, attn__comm **out) {
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "split: out (attn__comm **) is NULL");
+  *out = NULL;
+  if (c->dead) return staged_dead(c, "split");
+  attn__comm *child = NULL;
+  ATTN_CHECK(simpl(c)->mpi->ops->split(simpl(c)->mpi, color, key, &child));
+  return staged_wrap(child, 1, simpl(c)->stream, out);
+}
+
+attn_status attn__comm_staged_create(attn__comm *mpi, void *stream, attn__comm **out) {
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn__comm **) is NULL");
+  *out = NULL;
+  if (!mpi || mpi->dead)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "staged create: the MPI communicator is %s",
+                      mpi ? "dead" : "NULL");
+  return staged_wrap(mpi, 0, stream, out);
+}
+
+static const attn__comm_ops staged_ops = {
+    .name = "staged",
+    .split = staged_split,
+    .destroy = staged_destroy,
+    .allreduce_sum = staged_allreduce_sum,
+    .allgather = staged_allgather,
+    .alltoall = staged_alltoall,
+    .exchange_start = staged_exchange_start,
+    .exchange_wait = staged_exchange_wait,
+    .abort = staged_abort,
+};
