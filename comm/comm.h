@@ -77,6 +77,17 @@ attn_status attn__comm_agree(attn__comm *c, const attn__fingerprint *fp);
 /* Writes "rank 3" or "ranks 0..2, 5" for n world ranks (any order; -1 prints as "?"). */
 void attn__rank_list(char *buf, size_t cap, const int *ranks, int n);
 
+/* The waiting policy of every transport (comm/wait.c): test, then back off — up to 64
+ * yields for quick completions, then sleeps growing from 1 us to 1 ms, so a waiting rank
+ * does not take a core from a computing one. */
+typedef struct {
+  int spins;
+  long sleep_ns;
+} attn__backoff;
+#define ATTN__BACKOFF_INIT {0, 1000}
+double attn__now_s(void); /* monotonic clock, seconds */
+void attn__backoff_wait(attn__backoff *b);
+
 /* Test hooks: ATTN_FAULT="rank:where:step:action" makes that world rank exit, SIGKILL
  * itself or stall (sleep) when it reaches `where` (allreduce | ring) at step `step`. */
 void attn__fault_point(const char *where, int step);

@@ -18,11 +18,9 @@
 
 #include <limits.h>
 #include <mpi.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { TAG_EXCH = 7101, TAG_DIAG = 7102 };
 
@@ -50,30 +48,6 @@ typedef struct {
 static const attn__comm_ops mpi_ops;
 
 /* ---- small helpers ----------------------------------------------------------------- */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Test, then back off: a few yields for quick completions, then sleeps growing from
- * 1 us to 1 ms, so a waiting rank does not take a core from a computing one. */
-typedef struct {
-  int spins;
-  long sleep_ns;
-} backoff;
-
-static void backoff_wait(backoff *b) {
-  if (b->spins < 64) {
-    b->spins++;
-    sched_yield();
-    return;
-  }
-  struct timespec ts = {0, b->sleep_ns};
-  nanosleep(&ts, NULL);
-  if (b->sleep_ns < 1000000) b->sleep_ns *= 2;
-}
-
 static mpi_impl *impl_of(attn__comm *c) { return (mpi_impl *)c->impl; }
 
 static int my_world_rank(const attn__comm *c) { return c->world_ranks[c->rank]; }
@@ -160,7 +134,7 @@ enum { WAIT_DONE = 0, WAIT_TIMEOUT = 1, WAIT_ERROR = 2 };
 /* Tests reqs until all complete, an MPI error (*err) or the deadline. */
 static int test_until(int n, MPI_Request *reqs, double deadline, int *err) {
   MPI_Status *st = calloc(n > 0 ? (size_t)n : 1, sizeof *st);
-  backoff b = {0, 1000};
+  attn__backoff b = ATTN__BACKOFF_INIT;
   int result = WAIT_TIMEOUT;
   for (;;) {
     int flag = 0;
@@ -174,8 +148,8 @@ static int test_until(int n, MPI_Request *reqs, double deadline, int *err) {
       result = WAIT_DONE;
       break;
     }
-    if (now_s() >= deadline) break;
-    backoff_wait(&b);
+    if (attn__now_s() >= deadline) break;
+    attn__backoff_wait(&b);
   }
   free(st);
   return result;
@@ -222,9 +196,9 @@ static void diag_exchange(attn__comm *c, int64_t seq, diagnosis *d) {
     MPI_Isend(&seq, 1, MPI_INT64_T, r, TAG_DIAG, m->comm, &rq[n + r]);
   }
   double grace = c->timeout_s / 4 < 0.5 ? 0.5 : c->timeout_s / 4 > 5 ? 5 : c->timeout_s / 4;
-  double deadline = now_s() + grace;
-  backoff b = {0, 1000};
-  for (int left = n - 1; left > 0 && now_s() < deadline; backoff_wait(&b)) {
+  double deadline = attn__now_s() + grace;
+  attn__backoff b = ATTN__BACKOFF_INIT;
+  for (int left = n - 1; left > 0 && attn__now_s() < deadline; attn__backoff_wait(&b)) {
     for (int r = 0; r < n; r++) {
       int flag = 0;
       if (r == c->rank || heard[r] || rq[r] == MPI_REQUEST_NULL) continue;
@@ -270,7 +244,7 @@ out:
 static attn_status coll_wait(attn__comm *c, int n, MPI_Request *reqs, const char *what,
                              int64_t seq) {
   int err = MPI_SUCCESS;
-  int r = test_until(n, reqs, now_s() + c->timeout_s, &err);
+  int r = test_until(n, reqs, attn__now_s() + c->timeout_s, &err);
   if (r == WAIT_DONE) return ATTN_OK;
   if (r == WAIT_ERROR) return mpi_fail(c, err, what);
   /* The collective stays with MPI and may still complete when a late rank arrives: it
@@ -500,7 +474,7 @@ static attn_status mpi_exchange_wait(attn__comm *c, attn__comm_req *q) {
   pending_unlink(m, q);
   int n = q->nrecv + q->nsend, err = MPI_SUCCESS;
   attn_status st = ATTN_OK;
-  int r = c->dead ? WAIT_ERROR : test_until(n, q->reqs, now_s() + c->timeout_s, &err);
+  int r = c->dead ? WAIT_ERROR : test_until(n, q->reqs, attn__now_s() + c->timeout_s, &err);
   if (c->dead) {
     st = dead_fail(c, "exchange");
   } else if (r == WAIT_ERROR) {
@@ -664,7 +638,7 @@ attn_status attn__comm_mpi_create(const void *mpi_comm, double timeout_s, attn__
   MPI_Request req;
   MPI_Comm_idup(*(const MPI_Comm *)mpi_comm, &dup, &req);
   int err = MPI_SUCCESS;
-  int r = test_until(1, &req, now_s() + timeout_s, &err);
+  int r = test_until(1, &req, attn__now_s() + timeout_s, &err);
   if (r == WAIT_ERROR) return mpi_fail(NULL, err, "MPI_Comm_idup");
   if (r == WAIT_TIMEOUT)
     return attn__fail(ATTN_ERR_TIMEOUT,

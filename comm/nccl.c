@@ -3,11 +3,9 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* One exchange in flight on the comm stream; done is recorded after its group. */
 struct attn__comm_req {
@@ -33,29 +31,7 @@ typedef struct {
 
 static const attn__comm_ops nccl_ops;
 
-/* ---- small helpers (same policy as mpi.c) ---------------------------------------- */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-  int spins;
-  long sleep_ns;
-} backoff;
-
-static void backoff_wait(backoff *b) {
-  if (b->spins < 64) {
-    b->spins++;
-    sched_yield();
-    return;
-  }
-  struct timespec ts = {0, b->sleep_ns};
-  nanosleep(&ts, NULL);
-  if (b->sleep_ns < 1000000) b->sleep_ns *= 2;
-}
-
+/* ---- small helpers ------------------------------------------------------------------ */
 static nccl_impl *impl_of(attn__comm *c) { return (nccl_impl *)c->impl; }
 static int my_world_rank(const attn__comm *c) { return c->world_ranks[c->rank]; }
 static int world_of(const attn__comm *c, int r) {
@@ -115,14 +91,14 @@ static attn_status type_info(attn__comm_type type, ncclDataType_t *dt, size_t *b
 /* Polls comm's async state until it leaves ncclInProgress (non-blocking init, split,
  * enqueue, group end). 0 done, 1 timeout, 2 NCCL error (*res). */
 static int settle(ncclComm_t comm, double deadline, ncclResult_t *res) {
-  backoff b = {0, 1000};
+  attn__backoff b = ATTN__BACKOFF_INIT;
   for (;;) {
     ncclResult_t r = ncclSuccess, e = ncclCommGetAsyncError(comm, &r);
     if (e != ncclSuccess) r = e;
     if (r == ncclSuccess) return 0;
     if (r != ncclInProgress) return *res = r, 2;
-    if (now_s() >= deadline) return 1;
-    backoff_wait(&b);
+    if (attn__now_s() >= deadline) return 1;
+    attn__backoff_wait(&b);
   }
 }
 
@@ -130,7 +106,7 @@ static int settle(ncclComm_t comm, double deadline, ncclResult_t *res) {
 static attn_status call_done(attn__comm *c, ncclResult_t r, const char *what) {
   if (r == ncclSuccess) return ATTN_OK;
   if (r != ncclInProgress) return nccl_fail(c, r, what);
-  int w = settle(impl_of(c)->comm, now_s() + c->timeout_s, &r);
+  int w = settle(impl_of(c)->comm, attn__now_s() + c->timeout_s, &r);
   if (w == 2) return nccl_fail(c, r, what);
   if (w == 0) return ATTN_OK;
   attn_status st = attn__fail(ATTN_ERR_TIMEOUT,
@@ -144,8 +120,8 @@ static attn_status call_done(attn__comm *c, ncclResult_t r, const char *what) {
 /* Host waits for ev (recorded on the comm stream) with the timeout; peers names who. */
 static attn_status event_wait(attn__comm *c, cudaEvent_t ev, const char *what, const char *peers) {
   nccl_impl *m = impl_of(c);
-  double deadline = now_s() + c->timeout_s;
-  backoff b = {0, 1000};
+  double deadline = attn__now_s() + c->timeout_s;
+  attn__backoff b = ATTN__BACKOFF_INIT;
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return ATTN_OK;
@@ -154,8 +130,8 @@ static attn_status event_wait(attn__comm *c, cudaEvent_t ev, const char *what, c
     if (ncclCommGetAsyncError(m->comm, &r) == ncclSuccess && r != ncclSuccess &&
         r != ncclInProgress)
       return nccl_fail(c, r, what);
-    if (now_s() >= deadline) break;
-    backoff_wait(&b);
+    if (attn__now_s() >= deadline) break;
+    attn__backoff_wait(&b);
   }
   attn_status st = attn__fail(ATTN_ERR_TIMEOUT,
                               "%s timed out after %g s on world rank %d: %s; the NCCL "
@@ -343,7 +319,7 @@ static attn_status nccl_destroy(attn__comm *c) {
   cudaSetDevice(m->device);
   if (m->comm && !c->dead) {
     ncclResult_t r = ncclCommFinalize(m->comm);
-    if (r == ncclInProgress && settle(m->comm, now_s() + c->timeout_s, &r) == 0) r = ncclSuccess;
+    if (r == ncclInProgress && settle(m->comm, attn__now_s() + c->timeout_s, &r) == 0) r = ncclSuccess;
     if (r == ncclSuccess) {
       ncclCommDestroy(m->comm);
       m->comm = NULL;
@@ -407,7 +383,7 @@ static attn_status wrap(attn__comm *mpi, int own_mpi, int device, cudaStream_t c
 static attn_status init_wait(attn__comm *c, ncclResult_t r, const char *what) {
   nccl_impl *m = impl_of(c);
   int w = 0;
-  if (r == ncclInProgress) w = settle(m->comm, now_s() + c->timeout_s, &r);
+  if (r == ncclInProgress) w = settle(m->comm, attn__now_s() + c->timeout_s, &r);
   else if (r != ncclSuccess) w = 2;
   attn_status st = ATTN_OK;
   if (w == 2) st = nccl_fail(c, r, what);

@@ -4,7 +4,7 @@
 # exits, is killed or stalls inside an allreduce → the job ends non-zero, nothing left).
 # The tests compile comm/ and runtime/group.c directly: the library hides attn__ symbols.
 set(ATTN_COMM_TEST_SOURCES
-    ${PROJECT_SOURCE_DIR}/comm/mpi.c ${PROJECT_SOURCE_DIR}/comm/agree.c
+    ${PROJECT_SOURCE_DIR}/comm/mpi.c ${PROJECT_SOURCE_DIR}/comm/agree.c ${PROJECT_SOURCE_DIR}/comm/wait.c
     ${PROJECT_SOURCE_DIR}/comm/fault.c ${PROJECT_SOURCE_DIR}/runtime/group.c
     ${PROJECT_SOURCE_DIR}/runtime/status.c)
 
