@@ -331,17 +331,7 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
   const fa_elem *gK = fa_at(p.k, b, 0, hk), *gV = fa_at(p.v, b, 0, hk);
   FA_LOAD_ROWS(sQ, SQK, fa_at(p.q, b, R0, h), p.q.ss, DQK, Q_BM, Q_THREADS, tid, r_ < rows);
   FA_LOAD_ROWS(sO, SV, fa_at(p.dout, b, R0, h), p.dout.ss, DV, Q_BM, Q_THREADS, tid, r_ < rows);
-#define Q_LOAD_KV(T, BUF)                                                                     \
-  do {                                                                                        \
-    const fa_ktile &T_ = (T);                                                                 \
-    const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
-    FA_LOAD_ROWS(sK + (BUF) * Q_BN * SQK, SQK, k_, p.k.ss, DQK, Q_BN, Q_THREADS, tid,          \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
-    FA_LOAD_ROWS(sV + (BUF) * Q_BN * SV, SV, v_, p.v.ss, DV, Q_BN, Q_THREADS, tid,             \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
-  } while (0)
+#define Q_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, Q_BN, Q_THREADS)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / Q_BN - 1;
   int have = q.kc0 < q.kc1 &&

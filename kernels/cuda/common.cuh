@@ -38,6 +38,21 @@
 #define SQK (DQK + FA_PAD) /* shared-memory row stride of Q/K tiles, elements */
 #define SV (DV + FA_PAD)   /* of V / dO tiles */
 
+/* Loads key tile T (K and V rows [T.ca, T.cb)) into buffer BUF of sK/sV; rows outside the
+ * tile or seen by no query row R0..R0+rows-1 of the CTA are zero-filled, so NaN/Inf in
+ * them cannot reach a product. Uses gK, gV, sK, sV, p, s, R0, rows, tid of the kernel. */
+#define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS)                                                 \
+  do {                                                                                        \
+    const fa_ktile &T_ = (T);                                                                 \
+    const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
+    FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid,             \
+                 r_ < T_.cb - T_.ca &&                                                        \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+    FA_LOAD_ROWS(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid,                \
+                 r_ < T_.cb - T_.ca &&                                                        \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+  } while (0)
+
 /* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A
  * layout, packed in pairs), B = KN rows x DN columns of a shared-memory tile at `tile`
  * (row stride LD elements) by ldmatrix.trans. Used for O += P V and dQ += dS K. */

@@ -43,17 +43,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
   FA_LOAD_ROWS(sQ, SQK, gQ, p.q.ss, DQK, F_BM, F_THREADS, tid, r_ < rows);
 
   /* K/V rows of keys outside the tile or seen by none of the CTA's rows are zero-filled. */
-#define F_LOAD_KV(T, BUF)                                                                     \
-  do {                                                                                        \
-    const fa_ktile &T_ = (T);                                                                 \
-    const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
-    FA_LOAD_ROWS(sK + (BUF) * F_BN * SQK, SQK, k_, p.k.ss, DQK, F_BN, F_THREADS, tid,          \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
-    FA_LOAD_ROWS(sV + (BUF) * F_BN * SV, SV, v_, p.v.ss, DV, F_BN, F_THREADS, tid,             \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
-  } while (0)
+#define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / F_BN - 1;
   int have = q.kc0 < q.kc1 &&
