@@ -146,3 +146,45 @@ int tu_compare_f(const char *what, const float *got, const float *ref, int64_t n
                  const int64_t *dims, double rtol, double atol) {
   return compare_impl(what, got, NULL, ref, n, dims, rtol, atol);
 }
+
+void tu_varlen(attn_spec *spec, int nseq, const int32_t *lq, const int32_t *lkv,
+               int32_t **cu_q, int32_t **cu_kv, int64_t *Sq, int64_t *Skv) {
+  *cu_q = tu_alloc((size_t)(nseq + 1) * sizeof(int32_t));
+  *cu_kv = tu_alloc((size_t)(nseq + 1) * sizeof(int32_t));
+  for (int s = 0; s < nseq; s++) {
+    (*cu_q)[s + 1] = (*cu_q)[s] + lq[s];
+    (*cu_kv)[s + 1] = (*cu_kv)[s] + lkv[s];
+  }
+  *Sq = (*cu_q)[nseq];
+  *Skv = (*cu_kv)[nseq];
+  spec->cu_seqlens_q = *cu_q;
+  spec->cu_seqlens_kv = *cu_kv;
+  spec->num_seqs = nseq;
+}
+
+void tu_block_mask(attn_spec *spec, attn_block_mask *bm, uint8_t **mask, int64_t Sq,
+                   int64_t Skv, int nseq, const int32_t *lq, const int32_t *lkv, int bq, int bk,
+                   int short_by_one, const uint8_t *bits, uint64_t seed) {
+  int64_t maxq = Sq, maxk = Skv; /* sequence-local extents */
+  if (nseq) {
+    maxq = maxk = 1;
+    for (int s = 0; s < nseq; s++) {
+      maxq = lq[s] > maxq ? lq[s] : maxq;
+      maxk = lkv[s] > maxk ? lkv[s] : maxk;
+    }
+  }
+  bm->block_q = bq;
+  bm->block_k = bk;
+  bm->num_q_blocks = (maxq + bq - 1) / bq;
+  bm->num_k_blocks = (maxk + bk - 1) / bk;
+  if (short_by_one) {
+    bm->num_q_blocks = bm->num_q_blocks > 1 ? bm->num_q_blocks - 1 : 1;
+    bm->num_k_blocks = bm->num_k_blocks > 1 ? bm->num_k_blocks - 1 : 1;
+  }
+  const int64_t n = bm->num_q_blocks * bm->num_k_blocks;
+  *mask = tu_alloc((size_t)n);
+  tu_rng r = tu_rng_make(seed);
+  for (int64_t x = 0; x < n; x++) (*mask)[x] = bits ? bits[x] : (tu_next(&r) % 3) != 0;
+  bm->mask = *mask;
+  spec->block_mask = bm;
+}

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "attnrun.h" /* types only */
+
 /* ---- failure counting: tests keep going, print every failure, exit non-zero at the end */
 extern int tu_failures;
 #define TU_CHECK(cond, ...)                                              \
@@ -53,5 +55,17 @@ int tu_compare_f(const char *what, const float *got, const float *ref, int64_t n
                  const int64_t *dims, double rtol, double atol);
 /* max |x| over finite elements. */
 double tu_max_abs(const double *x, int64_t n);
+
+/* ---- problem set-up shared by the CPU and GPU case harnesses ------------------------- */
+/* Varlen: *cu_q, *cu_kv [nseq + 1] (allocated) are the prefix sums of lq, lkv [nseq];
+ * spec's varlen fields point at them; *Sq, *Skv get the totals. */
+void tu_varlen(attn_spec *spec, int nseq, const int32_t *lq, const int32_t *lkv,
+               int32_t **cu_q, int32_t **cu_kv, int64_t *Sq, int64_t *Skv);
+/* A bq x bk block mask over the sequence-local extents (Sq, Skv, or the longest varlen
+ * sequence), one block short each way when `short_by_one`; bits row-major, or random
+ * (~2/3 visible) from seed. *mask (allocated) backs bm; spec->block_mask = bm. */
+void tu_block_mask(attn_spec *spec, attn_block_mask *bm, uint8_t **mask, int64_t Sq,
+                   int64_t Skv, int nseq, const int32_t *lq, const int32_t *lkv, int bq, int bk,
+                   int short_by_one, const uint8_t *bits, uint64_t seed);
 
 #endif

@@ -135,48 +135,6 @@ void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, f
 }
 
 /* ---- setup --------------------------------------------------------------------------- */
-static void init_varlen(gc_prob *P) {
-  const gc_case *c = &P->c;
-  P->cu_q = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
-  P->cu_kv = tu_alloc((size_t)(c->nseq + 1) * sizeof(int32_t));
-  for (int s = 0; s < c->nseq; s++) {
-    P->cu_q[s + 1] = P->cu_q[s] + c->lq[s];
-    P->cu_kv[s + 1] = P->cu_kv[s] + c->lkv[s];
-  }
-  P->B = 1;
-  P->Sq = P->cu_q[c->nseq];
-  P->Skv = P->cu_kv[c->nseq];
-  P->spec.cu_seqlens_q = P->cu_q;
-  P->spec.cu_seqlens_kv = P->cu_kv;
-  P->spec.num_seqs = c->nseq;
-}
-
-static void init_block_mask(gc_prob *P) {
-  const gc_case *c = &P->c;
-  int64_t maxq = P->Sq, maxk = P->Skv; /* sequence-local extents */
-  if (c->nseq) {
-    maxq = maxk = 1;
-    for (int s = 0; s < c->nseq; s++) {
-      maxq = c->lq[s] > maxq ? c->lq[s] : maxq;
-      maxk = c->lkv[s] > maxk ? c->lkv[s] : maxk;
-    }
-  }
-  P->bm.block_q = c->bq;
-  P->bm.block_k = c->bk;
-  P->bm.num_q_blocks = (maxq + c->bq - 1) / c->bq;
-  P->bm.num_k_blocks = (maxk + c->bk - 1) / c->bk;
-  if (c->mask_short) {
-    P->bm.num_q_blocks = P->bm.num_q_blocks > 1 ? P->bm.num_q_blocks - 1 : 1;
-    P->bm.num_k_blocks = P->bm.num_k_blocks > 1 ? P->bm.num_k_blocks - 1 : 1;
-  }
-  const int64_t n = P->bm.num_q_blocks * P->bm.num_k_blocks;
-  P->mask = tu_alloc((size_t)n);
-  tu_rng r = tu_rng_make(c->seed * 31 + 7);
-  for (int64_t x = 0; x < n; x++) P->mask[x] = c->mask_bits ? c->mask_bits[x] : (tu_next(&r) % 3) != 0;
-  P->bm.mask = P->mask;
-  P->spec.block_mask = &P->bm;
-}
-
 static void fill_rounded(float *x, int64_t n, double lo, double hi, uint64_t seed, int dtype) {
   tu_fill(x, n, lo, hi, seed);
   for (int64_t i = 0; i < n; i++) x[i] = gc_round(x[i], dtype);
@@ -257,8 +215,13 @@ void gc_init(gc_prob *P, const gc_case *c) {
     P->spec.window_right = c->wr;
   }
   P->spec.softcap = c->softcap;
-  if (c->nseq) init_varlen(P);
-  if (c->bq) init_block_mask(P);
+  if (c->nseq) {
+    tu_varlen(&P->spec, c->nseq, c->lq, c->lkv, &P->cu_q, &P->cu_kv, &P->Sq, &P->Skv);
+    P->B = 1;
+  }
+  if (c->bq)
+    tu_block_mask(&P->spec, &P->bm, &P->mask, P->Sq, P->Skv, c->nseq, c->lq, c->lkv, c->bq,
+                  c->bk, c->mask_short, c->mask_bits, c->seed * 31 + 7);
   tu_rng r = tu_rng_make(c->seed * 7 + 3);
   if (c->sinks) {
     P->sinks = tu_alloc((size_t)P->Hq * 4);
