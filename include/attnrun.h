@@ -82,6 +82,18 @@ static inline attn_tensor attn_tensor_f32(void *data, int64_t d0, int64_t d1, in
   return t;
 }
 
+/* Bytes of one element of dtype (0 for a value that is not a dtype). */
+static inline size_t attn_dtype_size(attn_dtype t) {
+  return t == ATTN_F32 ? 4 : (t == ATTN_BF16 || t == ATTN_F16) ? 2 : 0;
+}
+
+/* A contiguous (row-major) view of any dtype, in host or device memory. */
+static inline attn_tensor attn_tensor_contig(void *data, attn_dtype dtype, attn_device device,
+                                             int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  attn_tensor t = {data, dtype, device, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
+  return t;
+}
+
 /* ---- the attention spec -------------------------------------------------------- */
 
 /* A tile-level mask: key block kb is visible to query block qb iff
@@ -159,6 +171,24 @@ ATTN_API attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg
 ATTN_API attn_status attn_ctx_destroy(attn_ctx_t ctx); /* accepts NULL */
 /* "cpu-avx512", "cpu-scalar", "cuda", ... */
 ATTN_API const char *attn_ctx_backend_name(attn_ctx_t ctx);
+/* Where this context's tensors (and spec arrays) live: host for cpu, device for cuda. */
+ATTN_API attn_device attn_ctx_device(attn_ctx_t ctx);
+
+/* ---- memory where the context's tensors live ----------------------------------------- */
+/* So that callers (the CLI, frameworks, tests) need no CUDA headers of their own. */
+typedef enum {
+  ATTN_COPY_HOST_TO_CTX = 0, /* host → context memory; returns when the copy is done */
+  ATTN_COPY_CTX_TO_HOST = 1, /* context → host; waits for the context's queued work */
+  ATTN_COPY_CTX_TO_CTX = 2   /* within context memory; ordered on the context's stream */
+} attn_copy_kind;
+/* bytes of context memory (256-byte aligned; bytes == 0 gives a valid, unique pointer). */
+ATTN_API attn_status attn_ctx_alloc(attn_ctx_t ctx, size_t bytes, void **out);
+/* Frees what attn_ctx_alloc gave, after the context's queued work (accepts NULL). */
+ATTN_API attn_status attn_ctx_free(attn_ctx_t ctx, void *p);
+ATTN_API attn_status attn_ctx_copy(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
+                                   attn_copy_kind kind);
+/* Waits until the context's queued work is done (a no-op on the cpu backend). */
+ATTN_API attn_status attn_ctx_sync(attn_ctx_t ctx);
 
 /* ---- single-rank attention -------------------------------------------------------- */
 

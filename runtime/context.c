@@ -73,3 +73,38 @@ attn_status attn_ctx_last_stats(attn_ctx_t ctx, attn_stats *out) {
   *out = ctx->stats;
   return ATTN_OK;
 }
+
+attn_device attn_ctx_device(attn_ctx_t ctx) {
+  return ctx && ctx->ops ? ctx->ops->device : ATTN_DEVICE_HOST;
+}
+
+attn_status attn_ctx_alloc(attn_ctx_t ctx, size_t bytes, void **out) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (void **) is NULL");
+  *out = NULL;
+  return ctx->ops->mem_alloc(ctx, bytes, out);
+}
+
+attn_status attn_ctx_free(attn_ctx_t ctx, void *p) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  return ctx->ops->mem_free(ctx, p);
+}
+
+attn_status attn_ctx_copy(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
+                          attn_copy_kind kind) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  if (kind != ATTN_COPY_HOST_TO_CTX && kind != ATTN_COPY_CTX_TO_HOST &&
+      kind != ATTN_COPY_CTX_TO_CTX)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "kind=%d is not a copy kind (0 host to ctx, 1 ctx to host, 2 ctx to ctx)",
+                      (int)kind);
+  if (bytes == 0) return ATTN_OK;
+  if (!dst || !src)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL (bytes=%zu)", dst ? "src" : "dst", bytes);
+  return ctx->ops->mem_copy(ctx, dst, src, bytes, kind);
+}
+
+attn_status attn_ctx_sync(attn_ctx_t ctx) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  return ctx->ops->sync(ctx);
+}

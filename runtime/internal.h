@@ -84,6 +84,12 @@ typedef struct {
   attn_status (*bwd_block)(attn_ctx_t ctx, const attn__problem *pb, attn__view dout,
                            const float *lse, const float *delta, int64_t lse_rows,
                            attn__view dq, attn__view dk, attn__view dv);
+  /* Memory where this backend's tensors live (attn_ctx_alloc / _free / _copy / _sync). */
+  attn_status (*mem_alloc)(attn_ctx_t ctx, size_t bytes, void **out);
+  attn_status (*mem_free)(attn_ctx_t ctx, void *p);
+  attn_status (*mem_copy)(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
+                          attn_copy_kind kind);
+  attn_status (*sync)(attn_ctx_t ctx);
   /* Frees the context's backend_data. */
   void (*release)(void *backend_data);
 } attn__backend_ops;

@@ -308,6 +308,34 @@ static void bad_context(void) {
   TU_CHECK(attn_version() == ATTN_VERSION_CODE, "attn_version");
 }
 
+/* The context-memory calls: a round trip through attn_ctx_alloc / _copy / _free, and
+ * their bad arguments. */
+static void context_memory(void) {
+  float src[37], back[37];
+  tu_fill(src, 37, -1, 1, 77);
+  tu_poison(back, 37);
+  void *a = NULL, *b = NULL;
+  TU_CHECK(attn_ctx_device(ctx) == ATTN_DEVICE_HOST, "cpu context memory is host memory");
+  TU_CHECK(attn_ctx_alloc(ctx, sizeof src, &a) == ATTN_OK && a, "alloc: %s", attn_last_error());
+  TU_CHECK(attn_ctx_alloc(ctx, 0, &b) == ATTN_OK && b && b != a, "alloc(0): %s",
+           attn_last_error());
+  TU_CHECK((uintptr_t)a % 256 == 0, "alloc is not 256-byte aligned: %p", a);
+  TU_CHECK(attn_ctx_copy(ctx, a, src, sizeof src, ATTN_COPY_HOST_TO_CTX) == ATTN_OK, "copy in");
+  TU_CHECK(attn_ctx_sync(ctx) == ATTN_OK, "sync");
+  TU_CHECK(attn_ctx_copy(ctx, back, a, sizeof src, ATTN_COPY_CTX_TO_HOST) == ATTN_OK, "copy out");
+  TU_CHECK(memcmp(src, back, sizeof src) == 0, "round trip through context memory differs");
+  expect("copy kind 9", attn_ctx_copy(ctx, a, src, 4, (attn_copy_kind)9), INV, NONE, "kind");
+  expect("copy dst NULL", attn_ctx_copy(ctx, NULL, src, 4, ATTN_COPY_HOST_TO_CTX), INV, NONE,
+         "dst");
+  expect("copy src NULL", attn_ctx_copy(ctx, a, NULL, 4, ATTN_COPY_HOST_TO_CTX), INV, NONE,
+         "src");
+  expect("alloc out NULL", attn_ctx_alloc(ctx, 4, NULL), INV, NONE, "out");
+  expect("alloc ctx NULL", attn_ctx_alloc(NULL, 4, &b), INV, NONE, "ctx");
+  TU_CHECK(attn_ctx_free(ctx, a) == ATTN_OK && attn_ctx_free(ctx, b) == ATTN_OK &&
+               attn_ctx_free(ctx, NULL) == ATTN_OK,
+           "free");
+}
+
 /* Huge shapes with a fake pointer: rejected before any access (a read would crash). */
 static void limits_huge(void) {
   void *fake = (void *)(uintptr_t)0x1000;
@@ -369,6 +397,7 @@ int main(void) {
   bad_backward();
   bad_block_api();
   bad_context();
+  context_memory();
   limits_huge();
   limits_offsets();
   attn_ctx_destroy(ctx);

@@ -88,13 +88,43 @@ static attn_status cpu_bwd_prepare(attn_ctx_t ctx, const attn__problem *pb, attn
   return ATTN_OK;
 }
 
-#define CPU_DTYPES (1u << ATTN_F32)
-static attn__backend_ops ops_avx512 = {
-    "cpu-avx512", ATTN_DEVICE_HOST, CPU_DTYPES, attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
-    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block, free};
-static attn__backend_ops ops_scalar = {
-    "cpu-scalar", ATTN_DEVICE_HOST, CPU_DTYPES, attn__cpu_fwd, attn__cpu_fwd_block, cpu_state_init, cpu_state_merge,
-    cpu_finalize, cpu_bwd_prepare, attn__cpu_bwd_block, free};
+/* Host memory: the cpu backend's tensors are the caller's host arrays. */
+static attn_status cpu_mem_alloc(attn_ctx_t ctx, size_t bytes, void **out) {
+  (void)ctx;
+  size_t rounded = (bytes + 255) / 256 * 256;
+  *out = aligned_alloc(256, rounded ? rounded : 256);
+  if (!*out)
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "bytes=%zu: host allocation failed", bytes);
+  return ATTN_OK;
+}
+
+static attn_status cpu_mem_free(attn_ctx_t ctx, void *p) {
+  (void)ctx;
+  free(p);
+  return ATTN_OK;
+}
+
+static attn_status cpu_mem_copy(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
+                                attn_copy_kind kind) {
+  (void)ctx, (void)kind;
+  memmove(dst, src, bytes);
+  return ATTN_OK;
+}
+
+static attn_status cpu_sync(attn_ctx_t ctx) {
+  (void)ctx;
+  return ATTN_OK;
+}
+
+#define CPU_OPS(label)                                                                    \
+  {.name = label, .device = ATTN_DEVICE_HOST, .dtypes = 1u << ATTN_F32,                  \
+   .fwd = attn__cpu_fwd, .fwd_block = attn__cpu_fwd_block, .state_init = cpu_state_init, \
+   .state_merge = cpu_state_merge, .finalize = cpu_finalize,                             \
+   .bwd_prepare = cpu_bwd_prepare, .bwd_block = attn__cpu_bwd_block,                     \
+   .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free, .mem_copy = cpu_mem_copy,        \
+   .sync = cpu_sync, .release = free}
+static const attn__backend_ops ops_avx512 = CPU_OPS("cpu-avx512");
+static const attn__backend_ops ops_scalar = CPU_OPS("cpu-scalar");
 
 attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
   cpu_backend *be = calloc(1, sizeof *be);

@@ -124,10 +124,48 @@ static void release(void *data) {
   free(be);
 }
 
+static attn_status cu_mem_alloc(attn_ctx_t ctx, size_t bytes, void **out) {
+  (void)ctx;
+  cudaError_t e = cudaMalloc(out, bytes ? bytes : 256); /* 256-byte aligned */
+  if (e != cudaSuccess) {
+    *out = NULL;
+    return attn__fail(e == cudaErrorMemoryAllocation ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_CUDA,
+                      "bytes=%zu: cudaMalloc failed: %s", bytes, cudaGetErrorString(e));
+  }
+  return ATTN_OK;
+}
+
+static attn_status cu_mem_free(attn_ctx_t ctx, void *p) {
+  cuda_backend *be = ctx->backend_data;
+  if (!p) return ATTN_OK;
+  cudaError_t e = cudaStreamSynchronize(be->stream);
+  if (e == cudaSuccess) e = cudaFree(p);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaFree");
+}
+
+static attn_status cu_mem_copy(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
+                               attn_copy_kind kind) {
+  cuda_backend *be = ctx->backend_data;
+  static const enum cudaMemcpyKind how[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                            cudaMemcpyDeviceToDevice};
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, how[kind], be->stream);
+  if (e == cudaSuccess && kind != ATTN_COPY_CTX_TO_CTX) e = cudaStreamSynchronize(be->stream);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaMemcpyAsync");
+}
+
+static attn_status cu_sync(attn_ctx_t ctx) {
+  cuda_backend *be = ctx->backend_data;
+  cudaError_t e = cudaStreamSynchronize(be->stream);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaStreamSynchronize");
+}
+
 static const attn__backend_ops ops_cuda = {
-    "cuda", ATTN_DEVICE_CUDA, (1u << ATTN_BF16) | (1u << ATTN_F16), cu_fwd, cu_fwd_block,
-    cu_state_init, cu_state_merge, cu_finalize, cu_bwd_prepare, cu_bwd_block,
-    release};
+    .name = "cuda", .device = ATTN_DEVICE_CUDA,
+    .dtypes = (1u << ATTN_BF16) | (1u << ATTN_F16),
+    .fwd = cu_fwd, .fwd_block = cu_fwd_block, .state_init = cu_state_init,
+    .state_merge = cu_state_merge, .finalize = cu_finalize, .bwd_prepare = cu_bwd_prepare,
+    .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
+    .mem_copy = cu_mem_copy, .sync = cu_sync, .release = release};
 
 int attn__cuda_device_count(void) {
   int n = 0;

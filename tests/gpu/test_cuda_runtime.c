@@ -93,6 +93,21 @@ int main(void) {
   cfg.backend = ATTN_BACKEND_CPU;
   EXPECT(attn_ctx_create(&cpu, &cfg) == ATTN_OK, "cpu backend");
   if (!gpu || !cpu) return 1;
+  { /* context memory: a round trip host -> device -> device -> host */
+    float src[301], back[301];
+    for (int i = 0; i < 301; i++) src[i] = (float)i * 0.5f - 7.0f, back[i] = NAN;
+    void *a = NULL, *b = NULL;
+    EXPECT(attn_ctx_device(gpu) == ATTN_DEVICE_CUDA, "cuda context memory is device memory");
+    EXPECT(attn_ctx_alloc(gpu, sizeof src, &a) == ATTN_OK && attn_ctx_alloc(gpu, sizeof src, &b) == ATTN_OK,
+           "alloc");
+    EXPECT(attn_ctx_copy(gpu, a, src, sizeof src, ATTN_COPY_HOST_TO_CTX) == ATTN_OK, "copy in");
+    EXPECT(attn_ctx_copy(gpu, b, a, sizeof src, ATTN_COPY_CTX_TO_CTX) == ATTN_OK, "copy within");
+    EXPECT(attn_ctx_copy(gpu, back, b, sizeof src, ATTN_COPY_CTX_TO_HOST) == ATTN_OK, "copy out");
+    EXPECT(!memcmp(src, back, sizeof src), "round trip through device memory differs");
+    EXPECT(attn_ctx_sync(gpu) == ATTN_OK && attn_ctx_free(gpu, a) == ATTN_OK &&
+               attn_ctx_free(gpu, b) == ATTN_OK,
+           "sync and free");
+  }
 
   size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * Hkv * D;
   uint16_t *dq16, *dk16, *dv16, *ddo16, *do16;
