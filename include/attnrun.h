@@ -395,6 +395,16 @@ typedef struct {
 } attn_stats;
 ATTN_API attn_status attn_ctx_last_stats(attn_ctx_t ctx, attn_stats *out);
 
+/* ---- devices ------------------------------------------------------------------------ */
+/* So that launchers can place ranks on devices without CUDA headers of their own. */
+/* Devices of backend b: CUDA: the visible devices (0 when none is visible; the build has
+ * no CUDA backend: *count = 0 and ATTN_ERR_UNSUPPORTED); CPU: 1, the host. AUTO is not a
+ * device kind (ATTN_ERR_INVALID_ARG). */
+ATTN_API attn_status attn_device_count(attn_backend b, int *count);
+/* The PCI bus id of CUDA device ordinal `device`, as "dddd:bb:dd.f" (hex, the form
+ * hwloc_get_pcidev_by_busidstring and nvidia-smi take), NUL-terminated in buf[len]. */
+ATTN_API attn_status attn_device_pci_bus_id(int device, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

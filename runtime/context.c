@@ -108,3 +108,51 @@ attn_status attn_ctx_sync(attn_ctx_t ctx) {
   if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
   return ctx->ops->sync(ctx);
 }
+
+/* ---- devices: enumeration for launchers ------------------------------------------------ */
+
+/* The CUDA half, the one #ifdef of this section: kernels/cuda/backend.c, or stubs. */
+#ifdef ATTN_HAVE_CUDA
+attn_status attn__cuda_pci_bus_id(int device, char *buf, size_t len);
+static attn_status cuda_count(int *count) {
+  *count = attn__cuda_device_count();
+  return ATTN_OK;
+}
+static attn_status cuda_bus_id(int device, char *buf, size_t len) {
+  return attn__cuda_pci_bus_id(device, buf, len);
+}
+#else
+static attn_status no_cuda(void) {
+  return attn__fail(ATTN_ERR_UNSUPPORTED,
+                    "this build has no CUDA backend (configure where nvcc is, -DATTN_CUDA=ON)");
+}
+static attn_status cuda_count(int *count) {
+  *count = 0;
+  return no_cuda();
+}
+static attn_status cuda_bus_id(int device, char *buf, size_t len) {
+  (void)device, (void)buf, (void)len;
+  return no_cuda();
+}
+#endif
+
+attn_status attn_device_count(attn_backend b, int *count) {
+  if (!count) return attn__fail(ATTN_ERR_INVALID_ARG, "count (int *) is NULL");
+  *count = 0;
+  if (b == ATTN_BACKEND_CPU) {
+    *count = 1;
+    return ATTN_OK;
+  }
+  if (b != ATTN_BACKEND_CUDA)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "backend=%d: ask for a device kind, cpu (1) or cuda (2), not auto", (int)b);
+  return cuda_count(count);
+}
+
+attn_status attn_device_pci_bus_id(int device, char *buf, size_t len) {
+  if (!buf || len < 13)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "buf=%p len=%zu: needs room for 13 bytes (dddd:bb:dd.f)",
+                      (void *)buf, len);
+  buf[0] = '\0';
+  return cuda_bus_id(device, buf, len);
+}

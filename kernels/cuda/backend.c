@@ -192,3 +192,14 @@ attn_status attn__cuda_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
 }
 
 
+
+/* The PCI bus id of device ordinal `device` (attn_device_pci_bus_id), for launchers that
+ * match devices to hwloc's PCI objects. */
+attn_status attn__cuda_pci_bus_id(int device, char *buf, size_t len) {
+  int n = attn__cuda_device_count();
+  if (device < 0 || device >= n)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "device=%d: %d CUDA device(s) visible%s", device, n,
+                      n ? "" : " (none)");
+  cudaError_t e = cudaDeviceGetPCIBusId(buf, (int)(len < 64 ? len : 64), device);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaDeviceGetPCIBusId");
+}
