@@ -137,6 +137,18 @@ static int set_backend(run_args *a, const char *v, char *err, size_t errlen) {
   return 0;
 }
 
+static int set_dtype(run_args *a, const char *v, char *err, size_t errlen) {
+  if (!strcmp(v, "f32"))
+    a->dtype = ATTN_F32;
+  else if (!strcmp(v, "bf16"))
+    a->dtype = ATTN_BF16;
+  else if (!strcmp(v, "f16"))
+    a->dtype = ATTN_F16;
+  else
+    return launch_fail(err, errlen, "--dtype '%s': expected f32, bf16 or f16", v);
+  return 0;
+}
+
 static int set_seed(run_args *a, const char *v, char *err, size_t errlen) {
   char *end;
   errno = 0;
@@ -215,6 +227,9 @@ static const flag_def flags[] = {
     S("--save", set_save, 0),
     S("--json", set_json, 0),
     S("--backend", set_backend, 0),
+    S("--dtype", set_dtype, GIVEN_DTYPE),
+    F("--device", K_INT, device, GIVEN_DEVICE),
+    F("--list-devices", K_BOOL, list_devices, 0),
     F("--scalar", K_BOOL, scalar, 0),
     S("--mode", set_mode, 0),
     F("--tp", K_INT, tp, GIVEN_TP),
@@ -343,6 +358,10 @@ static int check_run(const run_args *a, char *err, size_t errlen) {
     return launch_fail(
         err, errlen,
         "shape flags (--seq, --heads, ...) conflict with --load: shapes come from the files");
+  if ((a->given & GIVEN_DEVICE) && a->backend == ATTN_BACKEND_CPU)
+    return launch_fail(err, errlen,
+                       "--device %d picks a CUDA device; it conflicts with --backend cpu",
+                       a->device);
   if (a->load_dir && a->varlen_count)
     return launch_fail(err, errlen,
                    "--varlen conflicts with --load: use cu_seqlens_q.npy / cu_seqlens_kv.npy");
@@ -426,8 +445,20 @@ void args_usage(FILE *out, const char *prog) {
       "  --seed N           input seed (default 1)\n"
       "  --check N          compare N sampled query rows per rank (and with --bwd N key rows)\n"
       "                     with the float64 oracle over the full sequence; exit 3 if any\n"
-      "                     element is wrong (--d-model: rows of y and dx)\n"
-      "  --backend B        cpu | auto | cuda (default auto)\n"
+      "                     element is wrong (--d-model: rows of y and dx). Wrong: off by\n"
+      "                     more than tol x max|ref| of the tensor; tol forward / LSE / backward:\n"
+      "                     f32 2e-5 / 2e-5 / 2e-4, bf16 2e-2 / 1e-3 / 4e-2, f16 4e-3 / 1e-3 / 8e-3\n"
+      "                     (O rounded to bf16 is off by up to 2^-8 = 3.9e-3 relative, f16 2^-11,\n"
+      "                     and the kernels round P and dS to it: about 5 units of rounding)\n"
+      "  --backend B        cpu | auto | cuda (default auto: cuda when this build has it and\n"
+      "                     every rank sees a CUDA device, else cpu; the header says which)\n"
+      "  --dtype T          f32 | bf16 | f16: storage of Q, K, V, O, dO (default bf16 on cuda,\n"
+      "                     f32 on cpu; a dtype the backend does not take: exit 2). Inputs are\n"
+      "                     generated (or loaded) as float32 and rounded to T (nearest even);\n"
+      "                     the oracle sees the rounded values. LSE and gradients are float32\n"
+      "  --device N         CUDA device ordinal for every rank (default: the device nearest the\n"
+      "                     rank's cores by hwloc; ranks of a host that tie spread over them)\n"
+      "  --list-devices     print the CUDA devices (ordinal, PCI bus id, nearest cores), exit\n"
       "  --scalar           force the portable scalar CPU kernels\n"
       "  --force            run even when the estimate says it takes more than an hour, or\n"
       "                     more memory than the host has (refused otherwise, exit 2)\n"
@@ -458,8 +489,10 @@ void args_usage(FILE *out, const char *prog) {
       "  --json FILE        append one JSON record of the run (with the per-rank split)\n"
       "  --help             this text\n"
       "\n"
-      "exit status (the same on every rank): 0 ok, 1 error (library, files, a peer that\n"
-      "failed or stalled), 2 bad flags, an impossible grid or a refused estimate,\n"
+      "exit status (the same on every rank): 0 ok, 1 error while running (library, CUDA,\n"
+      "files, a peer that failed or stalled), 2 nothing ran: bad flags, an impossible grid,\n"
+      "a refused estimate, a backend, dtype or device this machine cannot give (--backend\n"
+      "cuda without a visible CUDA device, --dtype bf16 on cpu, --device past the last),\n"
       "3 --check found wrong elements on some rank\n",
       prog);
 }
@@ -471,6 +504,7 @@ void args_usage_short(FILE *out, const char *prog) {
       "         [--head-dim-v N] [--causal] [--window L,R] [--softcap C] [--scale S] [--sinks]\n"
       "         [--alibi] [--varlen N|L1,L2,..] [--sparse SPEC] [--bwd] [--iters N] [--warmup N]\n"
       "         [--threads N] [--seed N] [--check N] [--backend cpu|auto|cuda] [--scalar]\n"
+      "         [--dtype f32|bf16|f16] [--device N] [--list-devices]\n"
       "         [--load DIR] [--save DIR] [--json FILE] [--force] [--mode tp|ring|auto] [--tp N]\n"
       "         [--cp N] [--layout contiguous|zigzag] [--d-model N] [--timeout S] [--no-bind]\n"
       "         [--help]\n"

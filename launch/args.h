@@ -23,6 +23,8 @@ enum {
   GIVEN_LAYOUT = 1 << 6, /* --layout */
   GIVEN_ITERS = 1 << 7,  /* --iters */
   GIVEN_WARMUP = 1 << 8, /* --warmup */
+  GIVEN_DTYPE = 1 << 9,  /* --dtype */
+  GIVEN_DEVICE = 1 << 10, /* --device */
 };
 
 /* How the ranks share the work (DESIGN.md §4). AUTO: one rank runs plain attention; more
@@ -52,6 +54,9 @@ typedef struct {
   uint64_t seed;
   int64_t check_rows;
   attn_backend backend;
+  attn_dtype dtype;     /* valid when GIVEN_DTYPE; else the backend's default */
+  int32_t device;       /* CUDA ordinal when GIVEN_DEVICE; else chosen near the rank's cores */
+  int list_devices;     /* --list-devices: print the devices and exit */
   int scalar;
   const char *load_dir, *save_dir, *json_path;
   /* distribution */

@@ -9,8 +9,19 @@
 #include "problem.h"
 #include "run.h"
 
-#define CHECK_TOL_FWD 2e-5
-#define CHECK_TOL_BWD 2e-4
+/* Tolerances relative to max|ref| of each tensor, per storage dtype. float32: the kernels'
+ * float32 arithmetic. bf16 (unit roundoff u = 2^-8 = 3.9e-3) and f16 (u = 2^-11 =
+ * 4.9e-4): O is stored rounded (up to u of |O|), and the kernels round P (and dS in the
+ * backward) to the dtype for the tensor-core products, a few u more; the tolerances allow
+ * about 5u forward and 10u backward, far below what a wrong mask, a lost block or a bad
+ * scale gives (errors of order max|ref|). The inputs are the same rounded values for the
+ * kernels and the oracle, so input rounding costs nothing. LSE is float32 from float32
+ * sums: 1e-3 of max|LSE| (LSE ~ log of the keys seen) for bf16 and f16. */
+typedef struct {
+  double fwd, lse, bwd;
+} check_tol;
+
+check_tol check_tolerance(attn_dtype t);
 
 /* Checked tensors: attention outputs, and the layer's y and dx (--d-model). */
 enum { CK_O, CK_LSE, CK_DQ, CK_DK, CK_DV, CK_DSINKS, CK_Y, CK_DX, CK_COUNT };

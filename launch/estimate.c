@@ -4,13 +4,15 @@
  * a small non-causal attn_fwd (and attn_bwd) with this rank's heads and threads, timed on
  * this machine by one rank of a host at a time, scaled down when ranks share cores. */
 #include "estimate.h"
+#include "ctxbuf.h"
 
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PROBE_SEQ 256
+#define PROBE_SEQ 256         /* cpu */
+#define PROBE_SEQ_DEVICE 2048 /* cuda */
 #define PROBE_REPS 3
 #define ORACLE_NS_PER_ELEM 5.0 /* float64 oracle: regenerate + multiply-add, per element */
 
@@ -51,45 +53,96 @@ double estimate_pairs(const attn_spec *s, int64_t seq_q, int64_t seq_kv, const a
 
 static double now_s(void) { return mpienv_now(); }
 
-/* GFLOP/s of the tiles computed by a small attn_fwd (bwd) on this rank; 0 on failure. */
+/* The probe's tensors in the context's memory, in the run's dtype (gradients float32). */
+typedef struct {
+  attn_tensor q, k, v, o, dout, dq, dk, dv;
+  float *lse;
+  void *mem[9];
+} probe_bufs;
+
+/* Slot i of the probe: [1, S, heads, dim] of dtype t, in context memory; q gets a mild
+ * spread of values, so that exp does real work, the others zeros. */
+static attn_status probe_tensor(const run_env *env, probe_bufs *b, int i, attn_dtype t,
+                                int64_t S, int64_t heads, int64_t dim, attn_tensor *out) {
+  int64_t n = S * heads * dim;
+  float *host = calloc((size_t)n, sizeof(float));
+  if (!host) return ATTN_ERR_OUT_OF_MEMORY;
+  for (int64_t e = 0; i == 0 && e < n; e++)
+    host[e] = (float)((e * 7919) % 17) * 0.05f;
+  attn_status st = ctxbuf_put(env->ctx, host, n, t, &b->mem[i]);
+  free(host);
+  *out = attn_tensor_contig(b->mem[i], t, attn_ctx_device(env->ctx), 1, S, heads, dim);
+  return st;
+}
+
+static attn_status probe_alloc(const run_env *env, const problem *p, int64_t S, probe_bufs *b) {
+  const attn_spec *g = &p->spec;
+  int64_t hq = p->hq, hk = p->hk, dq = g->head_dim_qk, dv = g->head_dim_v;
+  attn_dtype t = env->dtype, f = ATTN_F32;
+  attn_tensor lse;
+  attn_status st = probe_tensor(env, b, 0, t, S, hq, dq, &b->q);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 1, t, S, hk, dq, &b->k);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 2, t, S, hk, dv, &b->v);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 3, t, S, hq, dv, &b->o);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 4, t, S, hq, dv, &b->dout);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 5, f, S, hq, dq, &b->dq);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 6, f, S, hk, dq, &b->dk);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 7, f, S, hk, dv, &b->dv);
+  if (st == ATTN_OK) st = probe_tensor(env, b, 8, f, S, hq, 1, &lse);
+  b->lse = b->mem[8];
+  return st;
+}
+
+/* Allocates on rep 0; 1 while the buffers are there. */
+static int probe_alloc_once(const run_env *env, const problem *p, int64_t S, probe_bufs *b, int rep) {
+  return rep > 0 || probe_alloc(env, p, S, b) == ATTN_OK;
+}
+
+static double timed_call(const run_env *env, attn_status (*call)(const run_env *, const attn_spec *,
+                                                                 probe_bufs *),
+                         const attn_spec *s, probe_bufs *b, attn_stats *stats) {
+  double t0 = now_s();
+  attn_status st = call(env, s, b);
+  if (st == ATTN_OK) st = attn_ctx_sync(env->ctx); /* device kernels are asynchronous */
+  double dt = now_s() - t0;
+  if (st != ATTN_OK) return -1;
+  attn_ctx_last_stats(env->ctx, stats);
+  return dt;
+}
+
+static attn_status call_fwd(const run_env *env, const attn_spec *s, probe_bufs *b) {
+  return attn_fwd(env->ctx, s, &b->q, &b->k, &b->v, &b->o, b->lse);
+}
+
+static attn_status call_bwd(const run_env *env, const attn_spec *s, probe_bufs *b) {
+  return attn_bwd(env->ctx, s, &b->q, &b->k, &b->v, &b->o, b->lse, &b->dout, &b->dq, &b->dk,
+                  &b->dv, NULL);
+}
+
+/* GFLOP/s of the tiles computed by a small attn_fwd (bwd) on this rank's context, in the
+ * run's dtype and memory; 0 on failure. A device gets a longer probe: its launch latency
+ * would otherwise be most of what is measured. */
 static void probe(const run_env *env, const problem *p, int bwd, double *gf_fwd, double *gf_bwd) {
   const attn_spec *g = &p->spec;
   attn_spec s = ATTN_SPEC_INIT;
   s.num_heads_q = p->hq, s.num_heads_kv = p->hk;
   s.head_dim_qk = g->head_dim_qk, s.head_dim_v = g->head_dim_v;
-  int64_t S = PROBE_SEQ, hq = p->hq, hk = p->hk, dq = g->head_dim_qk, dv = g->head_dim_v;
-  float *buf = calloc((size_t)(S * (3 * hq * (dq + dv) + 2 * hk * (dq + dv) + hq)), sizeof(float));
-  *gf_fwd = *gf_bwd = 0;
-  if (!buf) return;
-  for (int64_t i = 0; i < S * hq * dq; i++) /* q: a mild spread, so exp does real work */
-    buf[i] = (float)((i * 7919) % 17) * 0.05f;
-  float *x = buf;
-  attn_tensor q = attn_tensor_f32(x, 1, S, hq, dq), o, dout, dqt, k, v, dk, dvt;
-  x += S * hq * dq;
-  k = attn_tensor_f32(x, 1, S, hk, dq), x += S * hk * dq;
-  v = attn_tensor_f32(x, 1, S, hk, dv), x += S * hk * dv;
-  o = attn_tensor_f32(x, 1, S, hq, dv), x += S * hq * dv;
-  dout = attn_tensor_f32(x, 1, S, hq, dv), x += S * hq * dv;
-  dqt = attn_tensor_f32(x, 1, S, hq, dq), x += S * hq * dq;
-  dk = attn_tensor_f32(x, 1, S, hk, dq), x += S * hk * dq;
-  dvt = attn_tensor_f32(x, 1, S, hk, dv), x += S * hk * dv;
-  float *lse = x;
+  int64_t S = attn_ctx_device(env->ctx) == ATTN_DEVICE_HOST ? PROBE_SEQ : PROBE_SEQ_DEVICE;
+  probe_bufs b;
+  memset(&b, 0, sizeof b);
   double best_f = INFINITY, best_b = INFINITY;
   attn_stats st_f = {0}, st_b = {0};
-  for (int rep = 0; rep <= PROBE_REPS; rep++) {
-    double t0 = now_s();
-    if (attn_fwd(env->ctx, &s, &q, &k, &v, &o, lse) != ATTN_OK) break;
-    if (rep) best_f = fmin(best_f, now_s() - t0); /* rep 0 warms up */
-    attn_ctx_last_stats(env->ctx, &st_f);
-    if (!bwd) continue;
-    t0 = now_s();
-    if (attn_bwd(env->ctx, &s, &q, &k, &v, &o, lse, &dout, &dqt, &dk, &dvt, NULL) != ATTN_OK) break;
-    if (rep) best_b = fmin(best_b, now_s() - t0);
-    attn_ctx_last_stats(env->ctx, &st_b);
+  *gf_fwd = *gf_bwd = 0;
+  for (int rep = 0; rep <= PROBE_REPS && probe_alloc_once(env, p, S, &b, rep); rep++) {
+    double tf = timed_call(env, call_fwd, &s, &b, &st_f);
+    double tb = bwd && tf >= 0 ? timed_call(env, call_bwd, &s, &b, &st_b) : 0;
+    if (tf < 0 || tb < 0) break;
+    if (rep) best_f = fmin(best_f, tf), best_b = fmin(best_b, tb); /* rep 0 warms up */
   }
+  for (int i = 0; i < 9; i++)
+    attn_ctx_free(env->ctx, b.mem[i]);
   if (isfinite(best_f) && best_f > 0) *gf_fwd = st_f.flops_computed / best_f * 1e-9;
   if (isfinite(best_b) && best_b > 0) *gf_bwd = st_b.flops_computed / best_b * 1e-9;
-  free(buf);
 }
 
 /* Bytes this rank holds: inputs, outputs and the ring's double buffers. */
@@ -104,6 +157,19 @@ static double memory_bytes(const run_env *env, const problem *p, int64_t d_model
     bytes += 4 * (B * (double)p->q_rows * d_model * (bwd ? 4 : 2) +
                   (double)d_model * (p->hq * (dq + dv) + p->hk * (dq + dv)) * (bwd ? 2 : 1));
   return bytes;
+}
+
+/* Device memory of a cuda run: the same tensors, Q K V O dO in the dtype, LSE and the
+ * gradients float32 (the layer: float32 throughout), plus the ring's two blocks. */
+static double device_bytes(const run_env *env, const problem *p, int64_t d_model) {
+  if (d_model > 0) return memory_bytes(env, p, d_model);
+  const attn_spec *s = &p->spec;
+  double B = (double)p->batch, dq = s->head_dim_qk, dv = s->head_dim_v, bwd = env->a->bwd;
+  double es = (double)attn_dtype_size(env->dtype);
+  double qrow = p->hq * (es * (dq + dv + (bwd ? dv : 0)) + 4.0 * (1 + (bwd ? dq : 0)));
+  double krow = p->hk * (es * (dq + dv) + (bwd ? 4.0 * (dq + dv) : 0));
+  double ring = env->g->cp > 1 ? 2.0 * krow * (double)p->kv_rows : 0;
+  return B * ((double)p->q_rows * qrow + (double)p->kv_rows * krow + ring);
 }
 
 /* The float64 oracle: per sampled query row, its visible keys; per sampled key row (with
@@ -123,7 +189,7 @@ static double check_seconds(const run_env *env, const problem *p, double pairs_p
 }
 
 void estimate_rank(const run_env *env, const problem *p, int64_t d_model, double cores,
-                   estimate *out) {
+                   int gpu_sharing, estimate *out) {
   const run_args *a = env->a;
   const attn_spec *s = &p->spec;
   memset(out, 0, sizeof *out);
@@ -142,7 +208,10 @@ void estimate_rank(const run_env *env, const problem *p, int64_t d_model, double
     mpienv_node_barrier(env->e, "the probe");
   }
   int threads = omp_get_max_threads();
-  if (cores < threads) out->gflops_fwd *= cores / threads, out->gflops_bwd *= cores / threads;
+  double share = attn_ctx_device(env->ctx) != ATTN_DEVICE_HOST
+                     ? 1.0 / (gpu_sharing > 1 ? gpu_sharing : 1) /* ranks on one device */
+                     : cores < threads ? cores / threads : 1.0;
+  out->gflops_fwd *= share, out->gflops_bwd *= share;
   if (out->gflops_fwd > 0) out->fwd_s = out->flops_fwd / (out->gflops_fwd * 1e9);
   if (a->bwd && out->gflops_bwd > 0) out->bwd_s = out->flops_bwd / (out->gflops_bwd * 1e9);
   attn_cp_shard whole = problem_whole(p->seq_q);
@@ -150,4 +219,5 @@ void estimate_rank(const run_env *env, const problem *p, int64_t d_model, double
   if (a->check_rows > 0) out->check_s = check_seconds(env, p, per_row, d_model, cores);
   out->total_s = (a->warmup + a->iters) * (out->fwd_s + out->bwd_s) + out->check_s;
   out->mem_bytes = memory_bytes(env, p, d_model);
+  if (attn_ctx_device(env->ctx) != ATTN_DEVICE_HOST) out->dev_bytes = device_bytes(env, p, d_model);
 }

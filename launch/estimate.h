@@ -18,14 +18,17 @@ typedef struct {
   double fwd_s, bwd_s;           /* one call */
   double check_s;                /* --check */
   double total_s;                /* warmup + iters calls, and the check */
-  double mem_bytes;              /* inputs, outputs, ring buffers of this rank */
+  double mem_bytes;              /* inputs, outputs, ring buffers of this rank (host) */
+  double dev_bytes;              /* the same in device memory (cuda; 0 on cpu) */
 } estimate;
 
 /* Estimates this rank's run (attention; with d_model > 0 the layer's projections too).
- * Runs the probe on env->ctx (a few milliseconds). cores: the cores this rank may use
- * (fractional when ranks share cores), for the oracle's time. */
+ * Runs the probe on env->ctx, in the run's dtype and memory (a few milliseconds). cores:
+ * the cores this rank may use (fractional when ranks share cores), for the oracle's time
+ * and a cpu rank's rate; gpu_sharing: ranks on this rank's CUDA device, which share its
+ * rate. */
 void estimate_rank(const run_env *env, const problem *p, int64_t d_model, double cores,
-                   estimate *out);
+                   int gpu_sharing, estimate *out);
 
 /* Pairs (query, key) of this rank's query rows that the tile loop will compute, per batch
  * and head: per ESTIMATE_TILE query rows, the visible key span rounded out to tiles. */

@@ -117,31 +117,74 @@ typedef struct {
 
 static attn_status fwd_pass(void *user) {
   layer_pass *x = user;
-  return attn_layer_fwd(x->L->layer, x->p->batch, x->p->seq_q, x->L->x, x->L->w_qkv, x->L->w_o,
-                        x->L->y);
+  float *const *b = x->L->ctx_buf;
+  attn_status st = attn_layer_fwd(x->L->layer, x->p->batch, x->p->seq_q, b[LB_X], b[LB_WQKV],
+                                  b[LB_WO], b[LB_Y]);
+  return st == ATTN_OK ? attn_ctx_sync(x->L->ctx) : st;
 }
 
 static attn_status bwd_pass(void *user) {
   layer_pass *x = user;
-  return attn_layer_bwd(x->L->layer, x->L->dy, x->L->dx, x->L->dw_qkv, x->L->dw_o);
+  float *const *b = x->L->ctx_buf;
+  attn_status st = attn_layer_bwd(x->L->layer, b[LB_DY], b[LB_DX], b[LB_DWQKV], b[LB_DWO]);
+  return st == ATTN_OK ? attn_ctx_sync(x->L->ctx) : st;
+}
+
+static float **host_buf(layer_job *L, int i) {
+  float **h[LB_COUNT] = {&L->x, &L->dy, &L->y, &L->dx, &L->w_qkv, &L->w_o, &L->dw_qkv, &L->dw_o};
+  return h[i];
+}
+
+static int64_t buf_elems(const layer_job *L, const problem *p, int i) {
+  int64_t rows = p->batch * p->q_rows, nwo = p->hq * p->spec.head_dim_v;
+  return i <= LB_DX ? rows * L->d_model : (i == LB_WQKV || i == LB_DWQKV) ? L->d_model * L->wcols
+                                                                          : nwo * L->d_model;
+}
+
+/* The buffers the layer calls see: on a device context float32 copies (y and dx NaN). */
+static attn_status to_ctx(const run_env *env, layer_job *L, const problem *p) {
+  int64_t n = p->batch * p->q_rows * L->d_model;
+  for (int64_t i = 0; i < n; i++)
+    L->y[i] = NAN;
+  for (int64_t i = 0; L->dx && i < n; i++)
+    L->dx[i] = NAN;
+  L->ctx = env->ctx;
+  L->copies = attn_ctx_device(env->ctx) != ATTN_DEVICE_HOST;
+  attn_status st = ATTN_OK;
+  for (int i = 0; i < LB_COUNT && st == ATTN_OK; i++) {
+    float *h = *host_buf(L, i);
+    if (!L->copies || !h)
+      L->ctx_buf[i] = h;
+    else
+      st = ctxbuf_put(env->ctx, h, buf_elems(L, p, i), ATTN_F32, (void **)&L->ctx_buf[i]);
+  }
+  return st;
+}
+
+/* Output i back to the host (after its pass), when the layer ran on copies. */
+static attn_status from_ctx(layer_job *L, const problem *p, int i) {
+  if (!L->copies) return ATTN_OK;
+  return ctxbuf_get(L->ctx, L->ctx_buf[i], buf_elems(L, p, i), ATTN_F32, *host_buf(L, i));
 }
 
 attn_status layer_run(const run_env *env, layer_job *L, const problem *p, run_result *r,
                       const char **what) {
   layer_pass x = {L, p};
-  int64_t n = p->batch * p->q_rows * L->d_model;
-  for (int64_t i = 0; i < n; i++)
-    L->y[i] = NAN;
-  *what = "attn_layer_fwd";
-  attn_status st = run_timed(env, "layer_fwd", fwd_pass, &x, &r->fwd);
+  *what = "copying the layer's buffers to the device";
+  attn_status st = to_ctx(env, L, p);
+  if (st == ATTN_OK) *what = "attn_layer_fwd";
+  st = run_timed(env, "layer_fwd", fwd_pass, &x, st, &r->fwd);
   if (st != ATTN_OK) return st;
   r->fwd.flops = layer_flops_fwd(p, L->d_model);
-  if (!env->a->bwd) return ATTN_OK;
-  for (int64_t i = 0; i < n; i++)
-    L->dx[i] = NAN;
-  *what = "attn_layer_bwd";
-  st = run_timed(env, "layer_bwd", bwd_pass, &x, &r->bwd);
-  r->bwd.flops = 2.5 * r->fwd.flops;
+  if (env->a->bwd) {
+    *what = "attn_layer_bwd";
+    st = run_timed(env, "layer_bwd", bwd_pass, &x, ATTN_OK, &r->bwd);
+    if (st != ATTN_OK) return st;
+    r->bwd.flops = 2.5 * r->fwd.flops;
+  }
+  *what = "copying the layer's outputs back from the device";
+  st = from_ctx(L, p, LB_Y);
+  if (st == ATTN_OK && env->a->bwd) st = from_ctx(L, p, LB_DX);
   return st;
 }
 
@@ -316,7 +359,7 @@ static void check_rows(const run_env *env, const layer_job *L, const attn_ref_pr
       ref_dx(rp, o, id.b, id.s, ref + k * d);
   }
   check_compare(&out->t[which], check_tensor_name[which], got, ref, n, d, ids,
-                which == CK_Y ? CHECK_TOL_FWD : CHECK_TOL_BWD);
+                which == CK_Y ? check_tolerance(p->dtype).fwd : check_tolerance(p->dtype).bwd);
   free(ids), free(got), free(ref);
 }
 
@@ -368,6 +411,8 @@ int layer_save(const mpienv *e, const grid *g, const run_args *a, const layer_jo
 
 void layer_free(layer_job *L) {
   attn_layer_destroy(L->layer);
+  for (int i = 0; L->copies && i < LB_COUNT; i++)
+    attn_ctx_free(L->ctx, L->ctx_buf[i]);
   free(L->x), free(L->dy), free(L->y), free(L->dx);
   free(L->w_qkv), free(L->w_o), free(L->dw_qkv), free(L->dw_o);
   memset(L, 0, sizeof *L);

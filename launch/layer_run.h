@@ -11,6 +11,9 @@
 #include "problem.h"
 #include "run.h"
 
+/* The layer's buffers, in the order of layer_job.ctx_buf. */
+enum { LB_X, LB_DY, LB_Y, LB_DX, LB_WQKV, LB_WO, LB_DWQKV, LB_DWO, LB_COUNT };
+
 typedef struct {
   int64_t d_model;
   int64_t wcols; /* hq*Dqk + hk*Dqk + hk*Dv: this rank's columns of [W_q | W_k | W_v] */
@@ -19,6 +22,9 @@ typedef struct {
   float *y, *dx;        /* [B, S_loc, d_model] */
   float *w_qkv, *w_o;   /* [d_model, wcols], [hq*Dv, d_model] */
   float *dw_qkv, *dw_o; /* the same shapes */
+  attn_ctx_t ctx;        /* on a device context: float32 copies of the buffers above */
+  int copies;
+  float *ctx_buf[LB_COUNT]; /* the buffers the layer calls see (copies, or the host's) */
 } layer_job;
 
 /* Creates the layer (collective), sets p's heads from attn_layer_get_heads, allocates and

@@ -13,10 +13,12 @@
 #include <string.h>
 
 #include "args.h"
+#include "backend.h"
 #include "bind.h"
 #include "blas_check.h"
 #include "check.h"
 #include "estimate.h"
+#include "gpu.h"
 #include "grid.h"
 #include "layer_run.h"
 #include "mpienv.h"
@@ -34,6 +36,8 @@ typedef struct {
   mpienv e;
   run_args a;
   bind_info bind;
+  backend_choice bc;
+  gpu_info gpu;
   problem p;
   grid g;
   run_env env;
@@ -83,18 +87,41 @@ static int setup_problem(app *x) {
   return 0;
 }
 
-/* Context (agreed: a rank without it must not enter the group's collectives), group, and
- * with --d-model the layer. */
-static int setup_library(app *x) {
-  const char *what = "";
-  x->env = (run_env){.a = &x->a, .e = &x->e, .g = &x->g, .t_start = mpienv_now()};
+/* Backend and dtype (agreed), then this rank's CUDA device. */
+static int choose_backend(app *x) {
+  int rc = backend_choose(&x->e, &x->a, &x->bc, x->err, sizeof x->err);
+  if ((rc = agree(x, rc != 0, EXIT_USAGE, x->err))) return rc;
+  if (x->bc.backend == ATTN_BACKEND_CUDA)
+    gpu_choose(&x->e, &x->a, x->bc.cuda_devices, &x->gpu);
+  else
+    gpu_none(&x->gpu);
+  x->p.dtype = x->bc.dtype; /* inputs are rounded to it as they are generated or read */
+  return 0;
+}
+
+static int create_context(app *x) {
   attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
-  cfg.backend = x->a.backend, cfg.num_threads = x->bind.threads, cfg.force_scalar = x->a.scalar;
+  cfg.backend = x->bc.backend, cfg.num_threads = x->bind.threads, cfg.force_scalar = x->a.scalar;
+  cfg.device = x->gpu.ordinal >= 0 ? x->gpu.ordinal : 0;
   attn_status st = attn_ctx_create(&x->env.ctx, &cfg);
   snprintf(x->err, sizeof x->err, "attn_ctx_create failed: %s: %s", attn_status_string(st),
            attn_last_error());
   int rc = agree(x, st != ATTN_OK, EXIT_LIB_ERROR, x->err);
   if (rc) return rc;
+  rc = backend_check_dtype(x->env.ctx, &x->bc, x->err, sizeof x->err);
+  return agree(x, rc != 0, EXIT_USAGE, x->err);
+}
+
+/* Context (agreed: a rank without it must not enter the group's collectives), group, and
+ * with --d-model the layer (agreed too: attn_layer_create fails on every rank alike). */
+static int setup_library(app *x) {
+  const char *what = "";
+  x->env = (run_env){.a = &x->a, .e = &x->e, .g = &x->g, .t_start = mpienv_now()};
+  int rc = choose_backend(x);
+  if (!rc) rc = create_context(x);
+  if (rc) return rc;
+  x->env.dtype = x->bc.dtype;
+  attn_status st;
   if ((st = run_env_create_group(&x->env, &what)) != ATTN_OK) lib_fail(x, what, st);
   attn_group_info gi;
   if (x->env.grp && (st = attn_group_get_info(x->env.grp, &gi)) != ATTN_OK)
@@ -103,8 +130,9 @@ static int setup_library(app *x) {
     mpienv_abort(&x->e, EXIT_LIB_ERROR,
                  "the library placed this rank at tp_rank %d, cp_rank %d; attnrun expected %d, %d",
                  gi.tp_rank, gi.cp_rank, x->g.tp_rank, x->g.cp_rank);
-  if (x->g.layer && (st = layer_setup(&x->L, &x->env, &x->p, &what)) != ATTN_OK) lib_fail(x, what, st);
-  return 0;
+  st = x->g.layer ? layer_setup(&x->L, &x->env, &x->p, &what) : ATTN_OK;
+  snprintf(x->err, sizeof x->err, "%s failed: %s: %s", what, attn_status_string(st), attn_last_error());
+  return agree(x, st != ATTN_OK, EXIT_LIB_ERROR, x->err);
 }
 
 static rank_info my_info(const app *x) {
@@ -116,13 +144,14 @@ static rank_info my_info(const app *x) {
   i.qsh = x->p.qsh, i.ksh = x->p.ksh;
   i.hq0 = x->p.hq0, i.hq = x->p.hq, i.hk0 = x->p.hk0, i.hk = x->p.hk;
   i.est = x->est;
+  i.gpu = x->gpu;
   return i;
 }
 
 static report_data report_of(const app *x, const rank_info *info) {
   report_data d = {.a = &x->a, .p = &x->p, .g = &x->g, .e = &x->e,
-                   .backend_name = attn_ctx_backend_name(x->env.ctx), .d_model = x->a.d_model,
-                   .info = info};
+                   .backend_name = attn_ctx_backend_name(x->env.ctx), .bc = &x->bc,
+                   .d_model = x->a.d_model, .info = info};
   d.flops_fwd = x->a.d_model > 0 ? layer_flops_fwd(&x->p, x->a.d_model)
                                  : attn_flops_fwd(&x->p.spec, x->p.batch, x->p.seq_q, x->p.seq_kv);
   return d;
@@ -172,9 +201,10 @@ static int refuse(const app *x, const run_plan *pl) {
     fprintf(stderr,
             "attnrun: this run would take ~%s by the estimate above, more than the %.0f min "
             "limit. Make it smaller: a sliding --window (e.g. --window 4096), fewer --heads, a "
-            "shorter --seq, fewer --check rows, more ranks or a GPU (--backend cuda); or add "
-            "--force to run it anyway.\n",
-            report_duration(pl->total_s, t, sizeof t), ARGS_REFUSE_S / 60);
+            "shorter --seq, fewer --check rows, more ranks%s; or add --force to run it "
+            "anyway.\n",
+            report_duration(pl->total_s, t, sizeof t), ARGS_REFUSE_S / 60,
+            x->bc.backend == ATTN_BACKEND_CUDA ? " or GPUs" : " or a GPU (--backend cuda)");
   return EXIT_USAGE;
 }
 
@@ -182,7 +212,7 @@ static int refuse(const app *x, const run_plan *pl) {
 static int header(app *x, rank_info **info) {
   const bind_info *b = &x->bind;
   double cores = b->shared ? (double)b->host_cores / x->e.local_size : b->cores;
-  estimate_rank(&x->env, &x->p, x->a.d_model, cores, &x->est);
+  estimate_rank(&x->env, &x->p, x->a.d_model, cores, x->gpu.sharing, &x->est);
   run_plan pl = plan(x);
   rank_info mine = my_info(x);
   *info = x->e.rank == 0 ? calloc((size_t)x->e.size, sizeof **info) : NULL;
@@ -209,11 +239,19 @@ static int inputs(app *x) {
   return agree(x, rc != 0, EXIT_LIB_ERROR, x->err);
 }
 
-static void run_passes(app *x) {
+/* The timed passes. Every rank leaves them with the same verdict (run_timed agrees after
+ * each call), so a failure that every rank meets (UNSUPPORTED, say) ends the job with the
+ * lowest failing rank's message and exit 1 everywhere; a timeout (a peer gone or stalled)
+ * ends it at once. */
+static int run_passes(app *x) {
   const char *what = "";
   attn_status st = x->g.layer ? layer_run(&x->env, &x->L, &x->p, &x->r, &what)
                               : run_attention(&x->env, &x->p, &x->r, &what);
-  if (st != ATTN_OK) lib_fail(x, what, st);
+  if (st == ATTN_ERR_TIMEOUT) lib_fail(x, what, st);
+  int mine = st != ATTN_OK && !x->r.fwd.peer_failed && !x->r.bwd.peer_failed;
+  snprintf(x->err, sizeof x->err, "%s failed: %s: %s", what, attn_status_string(st), attn_last_error());
+  int rc = agree(x, mine, EXIT_LIB_ERROR, x->err);
+  return rc ? rc : st != ATTN_OK ? EXIT_LIB_ERROR : 0;
 }
 
 static void check(app *x, rank_outcome *mine) {
@@ -274,8 +312,8 @@ static int run_all(app *x) {
   if (!rc) rc = setup_library(x);
   if (!rc) rc = header(x, &info);
   if (!rc) rc = inputs(x);
+  if (!rc) rc = run_passes(x);
   if (!rc) {
-    run_passes(x);
     check(x, &mine);
     rc = save(x);
   }
@@ -304,6 +342,10 @@ int main(int argc, char **argv) {
     return mpienv_finish(&x.e, EXIT_USAGE);
   case ARGS_OK:
     break;
+  }
+  if (x.a.list_devices) {
+    if (x.e.rank == 0) gpu_list(stdout);
+    return mpienv_finish(&x.e, 0);
   }
   mpienv_set_timeout(&x.e, x.a.timeout_s);
   bind_rank(&x.e, &x.a, &x.bind);

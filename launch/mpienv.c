@@ -80,6 +80,16 @@ void mpienv_node_barrier(const mpienv *e, const char *what) {
   wait_deadline(e, &req, 0, what);
 }
 
+void mpienv_node_allgather_int(const mpienv *e, int32_t v, int32_t *out, const char *what) {
+  if (e->local_size == 1) {
+    out[0] = v;
+    return;
+  }
+  MPI_Request req;
+  MPI_Iallgather(&v, 1, MPI_INT32_T, out, 1, MPI_INT32_T, e->node, &req);
+  wait_deadline(e, &req, 0, what);
+}
+
 static void allreduce(const mpienv *e, void *buf, int n, MPI_Datatype t, MPI_Op op,
                       double slack_s, const char *what) {
   if (e->size == 1) return;

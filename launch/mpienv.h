@@ -28,6 +28,8 @@ void mpienv_set_timeout(mpienv *e, double flag_s);
 void mpienv_barrier(const mpienv *e, double slack_s, const char *what);
 /* The same over the ranks of this host. */
 void mpienv_node_barrier(const mpienv *e, const char *what);
+/* out[local_size] gets v of every rank of this host, in local rank order. */
+void mpienv_node_allgather_int(const mpienv *e, int32_t v, int32_t *out, const char *what);
 int mpienv_max_int(const mpienv *e, int v, double slack_s, const char *what);
 int64_t mpienv_sum_i64(const mpienv *e, int64_t v, double slack_s, const char *what);
 double mpienv_max_double(const mpienv *e, double v, double slack_s, const char *what);

@@ -1,7 +1,8 @@
 /* problem.c — builds the problem attnrun runs: global shape and spec from the flags or the
  * .npy headers, generated extras (sinks, ALiBi slopes, varlen lengths, block mask), and
  * this rank's shard of Q, K, V, dO (row runs x a range of heads), generated from the
- * counter RNG or read with pread from the files: no rank ever holds the full sequence.
+ * counter RNG or read with pread from the files (float32, rounded to the run's dtype):
+ * no rank ever holds the full sequence.
  * problem_fetch serves the oracle any row of the full sequence. */
 #include "problem.h"
 #include "err.h"
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "dtype.h"
 #include "rng.h"
 
 #define INPUT_BOUND 1.7320508f /* U[-sqrt3, sqrt3): unit variance, so scores have std ~1 */
@@ -312,11 +314,16 @@ attn_spec problem_local_spec(const problem *p) {
   return s;
 }
 
-/* Elements [first, first + count) of tensor t (global flat index) into dst. */
+/* Elements [first, first + count) of tensor t (global flat index) into dst, rounded to
+ * the run's dtype. */
 static int read_elems(const problem *p, int t, int64_t first, int64_t count, float *dst,
                       char *err, size_t errlen) {
-  if (p->src[t] == SRC_FILE) return npy_pread_range(p->fd[t], p->path[t], &p->hdr[t], first, count, dst, err, errlen);
-  rng_fill(p->seed, tensor_stream[t], (uint64_t)first, count, -INPUT_BOUND, INPUT_BOUND, dst);
+  if (p->src[t] == SRC_FILE) {
+    if (npy_pread_range(p->fd[t], p->path[t], &p->hdr[t], first, count, dst, err, errlen)) return -1;
+  } else {
+    rng_fill(p->seed, tensor_stream[t], (uint64_t)first, count, -INPUT_BOUND, INPUT_BOUND, dst);
+  }
+  dtype_round_all(dst, count, p->dtype); /* what the kernels will see, on every path */
   return 0;
 }
 

@@ -28,6 +28,7 @@ typedef struct {
   uint8_t *mask_bytes; /* [num_q_blocks, num_k_blocks] or NULL */
   /* where inputs come from */
   uint64_t seed;
+  attn_dtype dtype; /* Q, K, V, dO are rounded to it (nearest even) wherever they are read */
   input_source src[T_COUNT];
   char path[T_COUNT][1024];
   npy_header hdr[T_COUNT];
@@ -70,7 +71,7 @@ int problem_fill_inputs(problem *p, int want_dout, char *err, size_t errlen);
 void problem_free(problem *p);
 
 /* Row (b, s, h) of tensor `which` (T_Q.. T_DO), global s and h, into out: from the shard
- * when it holds the row, else regenerated or read from the file. Matches
+ * when it holds the row, else regenerated or read from the file (rounded to p->dtype). Matches
  * attn_ref_fetch_fn; safe to call from several threads. */
 void problem_fetch(void *user, int which, int64_t b, int64_t s, int64_t h, float *out);
 

@@ -105,9 +105,21 @@ static int same_runs(const attn_cp_shard *x, const attn_cp_shard *y) {
   return 1;
 }
 
+/* "cuda:0 0000:3b:00.0 nearest (x2)": a rank's device, and how many ranks share it. */
+static void device_cell(const gpu_info *g, char *buf, size_t len) {
+  if (g->ordinal < 0)
+    snprintf(buf, len, "-");
+  else if (g->sharing > 1)
+    snprintf(buf, len, "cuda:%d %s %s, shared by %d", g->ordinal, g->bus_id, g->how, g->sharing);
+  else
+    snprintf(buf, len, "cuda:%d %s %s", g->ordinal, g->bus_id, g->how);
+}
+
 static void print_rank_lines(FILE *out, const report_data *d) {
-  fprintf(out, "#  %4s  %-16s %-10s %-24s %7s %3s %3s  %-26s %-26s %s\n", "rank", "host", "cpuset",
-          "binding", "threads", "tp", "cp", "query rows", "key rows", "heads q|kv");
+  int cuda = d->bc->backend == ATTN_BACKEND_CUDA;
+  fprintf(out, "#  %4s  %-16s %-10s %-24s %7s %3s %3s  %-26s %-26s %-*s%s\n", "rank", "host",
+          "cpuset", "binding", "threads", "tp", "cp", "query rows", "key rows", cuda ? 12 : 0,
+          "heads q|kv", cuda ? " device" : "");
   for (int r = 0; r < ranks_of(d); r++) {
     const rank_info *x = &d->info[r];
     char qb[64], kb[64], hb[48];
@@ -117,8 +129,11 @@ static void print_rank_lines(FILE *out, const report_data *d) {
     else
       runs_string(&x->ksh, kb, sizeof kb);
     snprintf(hb, sizeof hb, "%d-%d|%d-%d", x->hq0, x->hq0 + x->hq - 1, x->hk0, x->hk0 + x->hk - 1);
-    fprintf(out, "#  %4d  %-16.16s %-10s %-24s %7d %3d %3d  %-26s %-26s %s\n", x->rank, x->host,
-            x->bind.cpuset, x->bind.how, x->bind.threads, x->tp_rank, x->cp_rank, qb, kb, hb);
+    char dev[128] = "";
+    if (cuda) device_cell(&x->gpu, dev, sizeof dev);
+    fprintf(out, "#  %4d  %-16.16s %-10s %-24s %7d %3d %3d  %-26s %-26s %-*s%s%s\n", x->rank,
+            x->host, x->bind.cpuset, x->bind.how, x->bind.threads, x->tp_rank, x->cp_rank, qb, kb,
+            cuda ? 12 : 0, hb, cuda ? " " : "", dev);
   }
 }
 
@@ -131,6 +146,7 @@ static void estimate_totals(const report_data *d, estimate *sum, estimate *max) 
     const estimate *e = &d->info[r].est;
     sum->flops_fwd += e->flops_fwd;
     sum->mem_bytes += e->mem_bytes;
+    max->dev_bytes = fmax(max->dev_bytes, e->dev_bytes);
     max->flops_fwd = fmax(max->flops_fwd, e->flops_fwd);
     max->fwd_s = fmax(max->fwd_s, e->fwd_s);
     max->bwd_s = fmax(max->bwd_s, e->bwd_s);
@@ -159,8 +175,12 @@ static void print_estimate(FILE *out, const report_data *d) {
     fprintf(out, "; the run (%d warmup + %d iters%s) ~%s\n", d->a->warmup, d->a->iters,
             d->a->check_rows ? ", --check" : "", report_duration(max.total_s, t3, sizeof t3));
   }
-  fprintf(out, "# estimate: memory ~%.0f MiB per rank (inputs, outputs, ring buffers), %.0f MiB in all\n",
+  fprintf(out, "# estimate: memory ~%.0f MiB per rank (inputs, outputs, ring buffers), %.0f MiB in all",
           max.mem_bytes / MIB, sum.mem_bytes / MIB);
+  if (max.dev_bytes > 0)
+    fprintf(out, "; device memory ~%.0f MiB per rank (not checked against the device's size)",
+            max.dev_bytes / MIB);
+  fprintf(out, "\n");
 }
 
 void report_header(FILE *out, const report_data *d) {
@@ -171,8 +191,11 @@ void report_header(FILE *out, const report_data *d) {
           ATTN_GIT_SHA, ranks_of(d), ranks_of(d) > 1 ? "s" : "", hosts_of(d),
           hosts_of(d) > 1 ? "s" : "", grid_mode_name(g));
   if (!g->single) fprintf(out, " (tp=%d x cp=%d)", g->tp, g->cp);
-  fprintf(out, ", backend %s, %d thread%s on rank 0, BLAS core %s\n", d->backend_name,
-          d->info[0].bind.threads, d->info[0].bind.threads > 1 ? "s" : "", blas_core_name());
+  fprintf(out, ", %d thread%s on rank 0, BLAS core %s\n", d->info[0].bind.threads,
+          d->info[0].bind.threads > 1 ? "s" : "", blas_core_name());
+  fprintf(out, "# backend %s (%s): %s, dtype %s (%s)\n",
+          d->bc->backend == ATTN_BACKEND_CUDA ? "cuda" : "cpu", d->bc->why, d->backend_name,
+          backend_dtype_name(d->bc->dtype), d->bc->dtype_why);
   if (!g->single) fprintf(out, "# grid: %s\n", g->why);
   fprintf(out, "# problem: B=%lld Sq=%lld Skv=%lld Hq=%d Hkv=%d Dqk=%d Dv=%d scale=%.6g",
           (long long)p->batch, (long long)p->seq_q, (long long)p->seq_kv, s->num_heads_q,
@@ -417,6 +440,11 @@ static void json_config(FILE *f, const report_data *d) {
   json_int(f, "seed", (long long)a->seed);
   json_int(f, "check", a->check_rows);
   json_key_str(f, "backend", backends[a->backend]);
+  json_key_str(f, "dtype", (a->given & GIVEN_DTYPE) ? backend_dtype_name(a->dtype) : NULL);
+  if (a->given & GIVEN_DEVICE)
+    json_int(f, "device", a->device);
+  else
+    fprintf(f, ",\"device\":null");
   json_bool(f, "scalar", a->scalar);
   json_int(f, "threads", a->threads);
   json_key_str(f, "load", a->load_dir);
@@ -457,6 +485,18 @@ static void json_split(FILE *f, const char *prefix, const run_timing *t) {
 #undef K
 }
 
+static void json_gpu(FILE *f, const gpu_info *g) {
+  if (g->ordinal < 0) {
+    fprintf(f, ",\"device\":null");
+    return;
+  }
+  json_int(f, "device", g->ordinal);
+  json_key_str(f, "device_bus_id", g->bus_id);
+  json_key_str(f, "device_near", g->near);
+  json_key_str(f, "device_how", g->how);
+  json_int(f, "device_sharing", g->sharing);
+}
+
 static void json_ranks(FILE *f, const report_data *d) {
   fprintf(f, ",\"per_rank\":[");
   for (int r = 0; r < ranks_of(d); r++) {
@@ -472,6 +512,7 @@ static void json_ranks(FILE *f, const report_data *d) {
     json_int(f, "kv_rows", x->ksh.rows);
     json_num(f, "est_total_s", x->est.total_s);
     json_num(f, "est_mem_bytes", x->est.mem_bytes);
+    json_gpu(f, &x->gpu);
     if (o->fwd.done) json_split(f, "fwd_", &o->fwd);
     if (o->bwd.done) json_split(f, "bwd_", &o->bwd);
     json_int(f, "peak_rss_bytes", o->peak_rss);
@@ -517,6 +558,10 @@ int report_json(const char *path, const report_data *d) {
   json_key_str(f, "host", d->info[0].host);
   json_grid(f, d);
   json_key_str(f, "backend_name", d->backend_name);
+  json_key_str(f, "backend", d->bc->backend == ATTN_BACKEND_CUDA ? "cuda" : "cpu");
+  json_key_str(f, "backend_why", d->bc->why);
+  json_key_str(f, "dtype", backend_dtype_name(d->bc->dtype));
+  json_key_str(f, "dtype_why", d->bc->dtype_why);
   json_int(f, "threads", d->info[0].bind.threads);
   json_key_str(f, "blas_core", blas_core_name());
   json_config(f, d);

@@ -10,9 +10,11 @@
 #include <stdio.h>
 
 #include "args.h"
+#include "backend.h"
 #include "bind.h"
 #include "check.h"
 #include "estimate.h"
+#include "gpu.h"
 #include "grid.h"
 #include "mpienv.h"
 #include "problem.h"
@@ -26,6 +28,7 @@ typedef struct {
   attn_cp_shard qsh, ksh;
   int32_t hq0, hq, hk0, hk;
   estimate est;
+  gpu_info gpu; /* ordinal -1 on the cpu backend */
 } rank_info;
 
 /* Known after the run, per rank. */
@@ -42,6 +45,7 @@ typedef struct {
   const grid *g;
   const mpienv *e;
   const char *backend_name;
+  const backend_choice *bc;  /* which backend and dtype, and why */
   int64_t d_model;           /* > 0: the layer */
   const rank_info *info;     /* [ranks] on rank 0 */
   const rank_outcome *out;   /* [ranks] on rank 0, after the run */

@@ -1,6 +1,8 @@
 /* run.c — drives the library for attnrun: context and group, tensor views of the local
- * shard, outputs poisoned (NaN) so unwritten elements show, warmup, then each iteration
- * started together (barrier) and timed with the monotonic clock. Per rank: median, min,
+ * shard in the context's memory (ctxbuf: copies in the run's dtype on cuda), outputs
+ * poisoned (NaN) so unwritten elements show, warmup, then each iteration started together
+ * (an agreement on the last call's status, which is also a barrier) and timed with the
+ * monotonic clock up to attn_ctx_sync. Per rank: median, min,
  * the ring's per-step split; for the job: the slowest rank per iteration. */
 #include "run.h"
 
@@ -79,37 +81,54 @@ static void progress(const run_env *env, const char *name, int it, int total, do
           name, it, total, env->a->warmup, el, call_s * (total - it), name);
 }
 
-attn_status run_timed(const run_env *env, const char *name, run_pass_fn fn, void *user,
-                      run_timing *t) {
+/* Records one timed call (it >= warmup) and widens the agreement's slack. */
+static attn_status record(const run_env *env, int it, double dt, double *times, double *job,
+                          double *slack, run_split *sum) {
   const run_args *a = env->a;
-  double times[RUN_MAX_ITERS], job[RUN_MAX_ITERS], last = 0, slack = 10.0;
-  int total = a->warmup + a->iters;
-  run_split sum = {0};
-  for (int it = 0; it < total; it++) {
-    mpienv_barrier(env->e, slack, name);
-    double t0 = mpienv_now();
-    attn_status st = fn(user);
-    double dt = mpienv_now() - t0;
-    if (st != ATTN_OK) return st;
-    if (2 * dt + 10.0 > slack) slack = 2 * dt + 10.0; /* ranks may arrive that far apart */
-    if (it >= a->warmup) {
-      times[it - a->warmup] = job[it - a->warmup] = dt;
-      if ((st = add_steps(env, &sum)) != ATTN_OK) return st;
-    }
-    progress(env, name, it + 1, total, dt, &last);
-  }
-  attn_status st = attn_ctx_last_stats(env->ctx, &t->stats);
-  if (st != ATTN_OK) return st;
+  if (2 * dt + 10.0 > *slack) *slack = 2 * dt + 10.0; /* ranks may arrive that far apart */
+  if (it < a->warmup) return ATTN_OK;
+  times[it - a->warmup] = job[it - a->warmup] = dt;
+  return add_steps(env, sum);
+}
+
+static void finish_timing(const run_env *env, double *times, double *job, double slack,
+                          const char *name, const run_split *sum, run_timing *t) {
+  const run_args *a = env->a;
   mpienv_max_doubles(env->e, job, a->iters, slack, name);
   summarize(times, a->iters, &t->median_s, &t->min_s, &t->mean_s);
   summarize(job, a->iters, &t->job_median_s, &t->job_min_s, &t->job_mean_s);
-  t->split = sum;
+  t->split = *sum;
   t->split.compute_s /= a->iters, t->split.wait_s /= a->iters, t->split.bytes /= a->iters;
   if (!env->grp || (env->g->cp == 1 && !env->g->layer)) { /* no ring: all of it is compute */
     t->split.compute_s = t->mean_s;
     t->split.steps = t->split.computed = 1;
   }
   t->done = 1;
+}
+
+attn_status run_timed(const run_env *env, const char *name, run_pass_fn fn, void *user,
+                      attn_status prior, run_timing *t) {
+  const run_args *a = env->a;
+  double times[RUN_MAX_ITERS], job[RUN_MAX_ITERS], last = 0, slack = 10.0;
+  int total = a->warmup + a->iters;
+  run_split sum = {0};
+  attn_status st = prior;
+  for (int it = 0;; it++) {
+    if (mpienv_max_int(env->e, st != ATTN_OK, slack, name)) { /* some rank failed */
+      t->peer_failed = st == ATTN_OK;
+      return st != ATTN_OK ? st : ATTN_ERR_INTERNAL;
+    }
+    if (it == total) break;
+    double t0 = mpienv_now();
+    st = fn(user);
+    double dt = mpienv_now() - t0;
+    if (st == ATTN_ERR_TIMEOUT) return st;
+    if (st == ATTN_OK) st = record(env, it, dt, times, job, &slack, &sum);
+    if (st == ATTN_OK) progress(env, name, it + 1, total, dt, &last);
+  }
+  st = attn_ctx_last_stats(env->ctx, &t->stats);
+  if (st != ATTN_OK) return st;
+  finish_timing(env, times, job, slack, name, &sum, t);
   return ATTN_OK;
 }
 
@@ -141,45 +160,54 @@ typedef struct {
   const run_env *env;
   const problem *p;
   run_result *r;
-  attn_spec spec; /* this rank's heads */
   attn_tensor q, k, v, o, dout, dq, dk, dv;
 } attn_job;
 
 static void make_views(attn_job *j) {
   const problem *p = j->p;
   const attn_spec *s = &p->spec;
-  const run_result *r = j->r;
-  int64_t B = p->batch, sq = p->q_rows, skv = p->kv_rows;
-  j->spec = problem_local_spec(p);
-  j->q = attn_tensor_f32(p->q, B, sq, p->hq, s->head_dim_qk);
-  j->k = attn_tensor_f32(p->k, B, skv, p->hk, s->head_dim_qk);
-  j->v = attn_tensor_f32(p->v, B, skv, p->hk, s->head_dim_v);
-  j->o = attn_tensor_f32(r->o, B, sq, p->hq, s->head_dim_v);
-  j->dout = attn_tensor_f32(p->dout, B, sq, p->hq, s->head_dim_v);
-  j->dq = attn_tensor_f32(r->dq, B, sq, p->hq, s->head_dim_qk);
-  j->dk = attn_tensor_f32(r->dk, B, skv, p->hk, s->head_dim_qk);
-  j->dv = attn_tensor_f32(r->dv, B, skv, p->hk, s->head_dim_v);
+  const ctx_tensors *t = &j->r->t;
+  int64_t B = p->batch, sq = p->q_rows, skv = p->kv_rows, dqk = s->head_dim_qk, dv = s->head_dim_v;
+  attn_dtype dt = t->dtype;
+  attn_device dev = attn_ctx_device(j->env->ctx);
+  j->q = attn_tensor_contig(t->in[T_Q], dt, dev, B, sq, p->hq, dqk);
+  j->k = attn_tensor_contig(t->in[T_K], dt, dev, B, skv, p->hk, dqk);
+  j->v = attn_tensor_contig(t->in[T_V], dt, dev, B, skv, p->hk, dv);
+  j->dout = attn_tensor_contig(t->in[T_DO], dt, dev, B, sq, p->hq, dv);
+  j->o = attn_tensor_contig(t->out[OUT_O], dt, dev, B, sq, p->hq, dv);
+  j->dq = attn_tensor_contig(t->out[OUT_DQ], ATTN_F32, dev, B, sq, p->hq, dqk);
+  j->dk = attn_tensor_contig(t->out[OUT_DK], ATTN_F32, dev, B, skv, p->hk, dqk);
+  j->dv = attn_tensor_contig(t->out[OUT_DV], ATTN_F32, dev, B, skv, p->hk, dv);
 }
 
 /* One CP rank (single, or tp only): plain attention on this rank's heads, the same
- * kernels as one rank, so TP results are bitwise those of a single rank. */
+ * kernels as one rank, so TP results are bitwise those of a single rank. Each call waits
+ * for the context's queued work (CUDA kernels are asynchronous), so the clock is honest. */
 static attn_status attn_fwd_pass(void *user) {
   attn_job *j = user;
   const problem *p = j->p;
-  if (j->env->g->cp == 1) return attn_fwd(j->env->ctx, &j->spec, &j->q, &j->k, &j->v, &j->o, j->r->lse);
-  return attn_ring_fwd(j->env->grp, &j->spec, j->env->g->layout, p->seq_q, p->seq_kv, &j->q,
-                       &j->k, &j->v, &j->o, j->r->lse);
+  const ctx_tensors *t = &j->r->t;
+  float *lse = t->out[OUT_LSE];
+  attn_status st = j->env->g->cp == 1
+                       ? attn_fwd(j->env->ctx, &t->spec, &j->q, &j->k, &j->v, &j->o, lse)
+                       : attn_ring_fwd(j->env->grp, &t->spec, j->env->g->layout, p->seq_q,
+                                       p->seq_kv, &j->q, &j->k, &j->v, &j->o, lse);
+  return st == ATTN_OK ? attn_ctx_sync(j->env->ctx) : st;
 }
 
 static attn_status attn_bwd_pass(void *user) {
   attn_job *j = user;
   const problem *p = j->p;
-  run_result *r = j->r;
-  if (j->env->g->cp == 1)
-    return attn_bwd(j->env->ctx, &j->spec, &j->q, &j->k, &j->v, &j->o, r->lse, &j->dout, &j->dq,
-                    &j->dk, &j->dv, r->dsinks);
-  return attn_ring_bwd(j->env->grp, &j->spec, j->env->g->layout, p->seq_q, p->seq_kv, &j->q,
-                       &j->k, &j->v, &j->o, r->lse, &j->dout, &j->dq, &j->dk, &j->dv, r->dsinks);
+  const ctx_tensors *t = &j->r->t;
+  const float *lse = t->out[OUT_LSE];
+  float *dsinks = t->out[OUT_DSINKS];
+  attn_status st =
+      j->env->g->cp == 1
+          ? attn_bwd(j->env->ctx, &t->spec, &j->q, &j->k, &j->v, &j->o, lse, &j->dout, &j->dq,
+                     &j->dk, &j->dv, dsinks)
+          : attn_ring_bwd(j->env->grp, &t->spec, j->env->g->layout, p->seq_q, p->seq_kv, &j->q,
+                          &j->k, &j->v, &j->o, lse, &j->dout, &j->dq, &j->dk, &j->dv, dsinks);
+  return st == ATTN_OK ? attn_ctx_sync(j->env->ctx) : st;
 }
 
 /* In-place float sum over comm, in pieces that fit MPI's int counts. */
@@ -204,24 +232,47 @@ static void sum_replicated_kv(const run_env *env, const problem *p, run_result *
   MPI_Comm_free(&sub);
 }
 
-attn_status run_attention(const run_env *env, const problem *p, run_result *r,
-                          const char **what) {
-  attn_job j = {.env = env, .p = p, .r = r};
-  make_views(&j);
-  *what = env->g->cp > 1 ? "attn_ring_fwd" : "attn_fwd";
-  attn_status st = run_timed(env, "forward", attn_fwd_pass, &j, &r->fwd);
-  if (st != ATTN_OK) return st;
-  r->fwd.flops = attn_flops_fwd(&p->spec, p->batch, p->seq_q, p->seq_kv);
-  if (!env->a->bwd) return ATTN_OK;
-  *what = env->g->cp > 1 ? "attn_ring_bwd" : "attn_bwd";
-  st = run_timed(env, "backward", attn_bwd_pass, &j, &r->bwd);
-  if (st != ATTN_OK) return st;
-  r->bwd.flops = 2.5 * r->fwd.flops;
-  sum_replicated_kv(env, p, r);
+static float *const *host_outputs(run_result *r, float *out[OUT_COUNT]) {
+  out[OUT_O] = r->o, out[OUT_LSE] = r->lse, out[OUT_DQ] = r->dq;
+  out[OUT_DK] = r->dk, out[OUT_DV] = r->dv, out[OUT_DSINKS] = r->dsinks;
+  return out;
+}
+
+/* The outputs back on the host; agreed, because summing replicated dK/dV is collective. */
+static attn_status download(const run_env *env, const problem *p, run_result *r,
+                            const char **what) {
+  float *host[OUT_COUNT];
+  *what = "copying the outputs back from the device (attn_ctx_copy)";
+  attn_status st = ctxbuf_download(&r->t, p, host_outputs(r, host));
+  if (mpienv_max_int(env->e, st != ATTN_OK, 60.0, "copying the outputs back")) {
+    r->fwd.peer_failed = st == ATTN_OK;
+    return st != ATTN_OK ? st : ATTN_ERR_INTERNAL;
+  }
+  if (r->bwd.done) sum_replicated_kv(env, p, r);
   return ATTN_OK;
 }
 
+attn_status run_attention(const run_env *env, const problem *p, run_result *r,
+                          const char **what) {
+  attn_job j = {.env = env, .p = p, .r = r};
+  float *host[OUT_COUNT];
+  attn_status st = ctxbuf_setup(&r->t, env->ctx, env->dtype, p, host_outputs(r, host), what);
+  make_views(&j);
+  if (st == ATTN_OK) *what = env->g->cp > 1 ? "attn_ring_fwd" : "attn_fwd";
+  st = run_timed(env, "forward", attn_fwd_pass, &j, st, &r->fwd);
+  if (st != ATTN_OK) return st;
+  r->fwd.flops = attn_flops_fwd(&p->spec, p->batch, p->seq_q, p->seq_kv);
+  if (env->a->bwd) {
+    *what = env->g->cp > 1 ? "attn_ring_bwd" : "attn_bwd";
+    st = run_timed(env, "backward", attn_bwd_pass, &j, ATTN_OK, &r->bwd);
+    if (st != ATTN_OK) return st;
+    r->bwd.flops = 2.5 * r->fwd.flops;
+  }
+  return download(env, p, r, what);
+}
+
 void run_free(run_result *r) {
+  ctxbuf_free(&r->t);
   free(r->o);
   free(r->lse);
   free(r->dq);
