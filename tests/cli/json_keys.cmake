@@ -1,6 +1,8 @@
 # json_keys.cmake — ctest helper: two attnrun --json runs append two lines; the last one
-# is valid JSON with the required keys, and its check found nothing wrong.
-#   cmake -DATTNRUN=exe -DWORK=dir -DRUN_ARGS="a|b" -P json_keys.cmake
+# is valid JSON with the required keys (and the backend and dtype that ran, when given),
+# and its check found nothing wrong.
+#   cmake -DATTNRUN=exe -DWORK=dir -DRUN_ARGS="a|b" [-DEXPECT_BACKEND=cpu -DEXPECT_DTYPE=f32]
+#         -P json_keys.cmake
 string(REPLACE "|" ";" run_args "${RUN_ARGS}")
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
@@ -20,20 +22,32 @@ if(NOT n EQUAL 2)
 endif()
 list(GET lines 1 rec)
 message("record: ${rec}")
-foreach(key version git_sha backend_name threads config time_s gflops gflops_computed
-            bwd_time_s bwd_gflops max_abs_err wrong peak_rss_bytes)
+foreach(key version git_sha backend_name backend backend_why dtype dtype_why threads config
+            time_s gflops gflops_computed bwd_time_s bwd_gflops max_abs_err wrong peak_rss_bytes)
   string(JSON v ERROR_VARIABLE e GET "${rec}" ${key})
   if(e)
     message(FATAL_ERROR "key '${key}': ${e}")
   endif()
 endforeach()
 foreach(key batch seq_q seq_kv heads_q heads_kv head_dim_qk head_dim_v scale causal
-            window_left window_right softcap sinks alibi varlen_seqs sparse bwd iters seed)
+            window_left window_right softcap sinks alibi varlen_seqs sparse bwd iters seed
+            backend dtype device)
   string(JSON v ERROR_VARIABLE e GET "${rec}" config ${key})
   if(e)
     message(FATAL_ERROR "key 'config.${key}': ${e}")
   endif()
 endforeach()
+string(JSON v ERROR_VARIABLE e GET "${rec}" per_rank 0 device)
+if(e)
+  message(FATAL_ERROR "key 'per_rank.0.device': ${e}")
+endif()
+if(EXPECT_BACKEND)
+  string(JSON backend GET "${rec}" backend)
+  string(JSON dtype GET "${rec}" dtype)
+  if(NOT backend STREQUAL EXPECT_BACKEND OR NOT dtype STREQUAL EXPECT_DTYPE)
+    message(FATAL_ERROR "backend '${backend}' dtype '${dtype}', expected '${EXPECT_BACKEND}' '${EXPECT_DTYPE}'")
+  endif()
+endif()
 string(JSON wrong GET "${rec}" wrong)
 string(JSON rss GET "${rec}" peak_rss_bytes)
 string(JSON gflops GET "${rec}" gflops)

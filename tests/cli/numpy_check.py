@@ -83,8 +83,8 @@ def run_case(attnrun, work, name, shapes, flags, ref_kwargs, extras):
     v = rng.standard_normal((B, Skv, Hkv, Dv), dtype=np.float32)
     for fname, arr in [("q", q), ("k", k), ("v", v)] + list(extras.items()):
         np.save(os.path.join(d, "in", fname + ".npy"), arr)
-    cmd = [attnrun, "--load", os.path.join(d, "in"), "--save", os.path.join(d, "out"),
-           "--iters", "1", "--warmup", "0"] + flags
+    cmd = [attnrun, "--backend", "cpu", "--load", os.path.join(d, "in"),
+           "--save", os.path.join(d, "out"), "--iters", "1", "--warmup", "0"] + flags
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     print(" ".join(cmd), "\n", res.stdout, res.stderr)
     if res.returncode != 0:

@@ -1,4 +1,5 @@
-# cli.cmake — attnrun under mpiexec (-np 1..4, oversubscribed): --check against the
+# cli.cmake — attnrun under mpiexec (-np 1..4, oversubscribed; cpu backend unless a test
+# says cuda, label gpu): --check against the
 # float64 oracle in ring mode (zigzag and contiguous, causal, window, GQA, features), TP
 # mode, a 2 x 2 tp x cp grid and the TP layer; --save under mpiexec equals one rank's
 # files (inputs bitwise, outputs within 1e-5, bitwise in TP mode) and --load reads them
@@ -14,8 +15,10 @@ target_link_libraries(cli_npy_compare PRIVATE m)
 set(CLI_MPI_ENV "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 set(CLI_MPI_WORK ${CMAKE_CURRENT_BINARY_DIR}/cli_work)
 file(MAKE_DIRECTORY ${CLI_MPI_WORK})
-# Short runs: one timed iteration, no warmup.
-set(CLI_MPI_FAST "--iters|1|--warmup|0")
+# Short runs: one timed iteration, no warmup, on the cpu backend whatever the machine has
+# (the GPU tests below say --backend cuda).
+set(CLI_MPI_FAST "--iters|1|--warmup|0|--backend|cpu")
+set(CLI_MPI_GATE ${PROJECT_SOURCE_DIR}/tests/cli/gpu_gate.sh)
 
 function(cli_mpi_launch out np)
   string(REPLACE ";" "|" l "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${np};${ATTN_MPIEXEC_FLAGS}")
@@ -23,9 +26,10 @@ function(cli_mpi_launch out np)
 endfunction()
 
 # cli_mpi(name np rc args... [STDOUT re] [STDERR re] [MAX_S s] [ORPHANS pat] [ENV_VARS "A=1|B=2"]
-#         [JSON_KEYS "k1|k2"])
+#         [JSON_KEYS "k1|k2"] [GPU])
+# GPU: label gpu, skipped (exit 77) unless attnrun sees a CUDA device.
 function(cli_mpi name np rc)
-  cmake_parse_arguments(T "" "STDOUT;STDERR;MAX_S;ORPHANS;ENV_VARS;JSON_KEYS" "" ${ARGN})
+  cmake_parse_arguments(T "GPU" "STDOUT;STDERR;MAX_S;ORPHANS;ENV_VARS;JSON_KEYS" "" ${ARGN})
   cli_mpi_launch(launch ${np})
   set(args ${T_UNPARSED_ARGUMENTS})
   set(defs "-DLAUNCH=${launch}" -DEXE=$<TARGET_FILE:attnrun_cli> -DEXPECT_RC=${rc})
@@ -46,8 +50,15 @@ function(cli_mpi name np rc)
       list(APPEND defs "-D${opt}=${T_${opt}}")
     endif()
   endforeach()
-  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} ${defs} -P ${CMAKE_CURRENT_SOURCE_DIR}/cli_expect.cmake)
+  set(cmd ${CMAKE_COMMAND} ${defs} -P ${CMAKE_CURRENT_SOURCE_DIR}/cli_expect.cmake)
+  if(T_GPU)
+    set(cmd sh ${CLI_MPI_GATE} --with $<TARGET_FILE:attnrun_cli> ${cmd})
+  endif()
+  add_test(NAME ${name} COMMAND ${cmd})
   set_tests_properties(${name} PROPERTIES TIMEOUT 120 ENVIRONMENT "${CLI_MPI_ENV}")
+  if(T_GPU)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
+  endif()
 endfunction()
 
 # ---- --check: every rank's sampled rows against the oracle over the full sequence ------
@@ -126,14 +137,34 @@ cli_mpi(mpi_cli_grid_kv_heads_np4 4 2 --mode tp --heads 12 --kv-heads 3 --seq 64
         STDERR "--kv-heads 3 cannot be shared by tp=4" MAX_S 20)
 cli_mpi(mpi_cli_grid_short_seq_np4 4 2 --mode ring --seq 6 --causal STDERR "shorter than the 8 chunks"
         MAX_S 20)
-cli_mpi(mpi_cli_refuse_np2 2 2 --seq 1M --heads 8 --head-dim 128 --causal
+cli_mpi(mpi_cli_refuse_np2 2 2 --backend cpu --seq 1M --heads 8 --head-dim 128 --causal
         STDOUT "# estimate: .*per forward call" STDERR "would take ~.*--window.*--force" MAX_S 30)
+
+# ---- a call that fails on every rank (as the ring and the layer do on a CUDA context
+# until they take device tensors): the lowest rank's message, exit 1 on every rank, quickly.
+cli_mpi(mpi_cli_lib_error_ring_np2 2 1 --mode ring --seq 64 --heads 2 --head-dim 300 ${CLI_MPI_FAST}
+        STDERR "rank 0 .*attn_ring_fwd failed: .*head_dim_qk=300" MAX_S 30)
+cli_mpi(mpi_cli_lib_error_tp_np2 2 1 --mode tp --seq 64 --heads 2 --head-dim 300 ${CLI_MPI_FAST}
+        STDERR "rank 0 .*attn_fwd failed: .*head_dim_qk=300" MAX_S 30)
+
+# ---- on CUDA devices (label gpu; skipped without one): ranks pick the nearest device, may
+# share it; TP runs the single-rank kernels per rank; the ring needs the library's ring on
+# device tensors (until then: its UNSUPPORTED message and exit 1 on every rank).
+set(CLI_MPI_GPU --iters 1 --warmup 0 --backend cuda)
+cli_mpi(mpi_cli_gpu_tp_np2 2 0 --mode tp --seq 256 --heads 4 --kv-heads 2 --head-dim 64 --causal
+        --bwd --check 8 ${CLI_MPI_GPU} STDOUT "# backend cuda.*cuda:[0-9]+ .*OK: 0 wrong elements" GPU)
+cli_mpi(mpi_cli_gpu_ring_np2 2 0 --mode ring --seq 384 --heads 4 --kv-heads 2 --head-dim 64
+        --causal --bwd --check 8 ${CLI_MPI_GPU} STDOUT "OK: 0 wrong elements" GPU)
+cli_mpi(mpi_cli_gpu_ring_features_np2 2 0 --mode ring --varlen 3 --seq 300 --heads 2 --head-dim 128
+        --window 64,16 --sinks --bwd --check 8 ${CLI_MPI_GPU} STDOUT "OK: 0 wrong elements" GPU)
+cli_mpi(mpi_cli_gpu_auto_np2 2 0 --seq 256 --heads 4 --head-dim 64 --causal --check 8 --iters 1
+        --warmup 0 STDOUT "# backend cuda \\(auto: " GPU)
 
 # ---- fault injection: a rank exits, is killed or stalls; the job ends, nothing is left --
 # `seed` is unique per test: the orphan check looks for it in command lines ("[-]-seed" so
 # that the pattern does not match the helper's own command line, which holds it).
 function(cli_mpi_fault name np seed fault mode_args)
-  cli_mpi(mpi_cli_fault_${name} ${np} nonzero ${mode_args} --seq 512 --heads 4 --head-dim 32
+  cli_mpi(mpi_cli_fault_${name} ${np} nonzero ${mode_args} --backend cpu --seq 512 --heads 4 --head-dim 32
           --causal --iters 3 --timeout 3 --seed ${seed} ENV_VARS "ATTN_FAULT=${fault}"
           STDERR "rank 1" MAX_S 20 ORPHANS "attnrun.*[-]-seed ${seed}")
 endfunction()
