@@ -43,6 +43,10 @@ attn_status ctxbuf_get(attn_ctx_t ctx, const void *dev, int64_t n, attn_dtype t,
   return st;
 }
 
+int ctxbuf_wants_copies(attn_ctx_t ctx) {
+  return attn_ctx_device(ctx) != ATTN_DEVICE_HOST || getenv("ATTNRUN_CTX_COPIES") != NULL;
+}
+
 /* Elements of input slot i and output slot o of this rank's shard. */
 static int64_t in_elems(const problem *p, int i) {
   const attn_spec *s = &p->spec;
@@ -106,7 +110,7 @@ attn_status ctxbuf_setup(ctx_tensors *t, attn_ctx_t ctx, attn_dtype dtype, const
   memset(t, 0, sizeof *t);
   t->ctx = ctx, t->dtype = dtype;
   t->spec = problem_local_spec(p);
-  t->copies = attn_ctx_device(ctx) != ATTN_DEVICE_HOST;
+  t->copies = ctxbuf_wants_copies(ctx);
   if (t->copies) return copies(t, p, host, what);
   float *in[T_COUNT] = {p->q, p->k, p->v, p->dout};
   for (int i = 0; i < T_COUNT; i++)

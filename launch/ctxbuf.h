@@ -37,6 +37,11 @@ attn_status ctxbuf_download(const ctx_tensors *t, const problem *p, float *const
 
 void ctxbuf_free(ctx_tensors *t);
 
+/* Whether tensors go to the context as copies: on a device backend, and on the cpu backend
+ * when ATTNRUN_CTX_COPIES is set (tests: the device path's copies, with float32 on the
+ * host, where no GPU is). */
+int ctxbuf_wants_copies(attn_ctx_t ctx);
+
 /* n floats of host, converted to dtype t, into new context memory *dev. */
 attn_status ctxbuf_put(attn_ctx_t ctx, const float *host, int64_t n, attn_dtype t, void **dev);
 

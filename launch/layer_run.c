@@ -149,7 +149,7 @@ static attn_status to_ctx(const run_env *env, layer_job *L, const problem *p) {
   for (int64_t i = 0; L->dx && i < n; i++)
     L->dx[i] = NAN;
   L->ctx = env->ctx;
-  L->copies = attn_ctx_device(env->ctx) != ATTN_DEVICE_HOST;
+  L->copies = ctxbuf_wants_copies(env->ctx);
   attn_status st = ATTN_OK;
   for (int i = 0; i < LB_COUNT && st == ATTN_OK; i++) {
     float *h = *host_buf(L, i);

@@ -92,6 +92,15 @@ cli_mpi_check(layer_tp_np2 2 --mode tp --d-model 64 --seq 192 --heads 4 --head-d
               --bwd --check 4)
 cli_mpi_check(layer_2x2_np4 4 --tp 2 --cp 2 --d-model 64 --seq 192 --heads 4 --kv-heads 2
               --head-dim 16 --causal --bwd --check 4)
+# The device path's copies on the cpu backend (ATTNRUN_CTX_COPIES): ring, TP and the layer.
+cli_mpi(mpi_cli_ctx_copies_ring_np2 2 0 --mode ring ${RING_GQA} --sinks ${CLI_MPI_FAST}
+        STDOUT "OK: 0 wrong elements" ENV_VARS "ATTNRUN_CTX_COPIES=1")
+cli_mpi(mpi_cli_ctx_copies_tp_np2 2 0 --mode tp --seq 256 --heads 4 --kv-heads 1 --head-dim 32
+        --causal --bwd --check 8 ${CLI_MPI_FAST} STDOUT "OK: 0 wrong elements"
+        ENV_VARS "ATTNRUN_CTX_COPIES=1")
+cli_mpi(mpi_cli_ctx_copies_layer_np2 2 0 --mode tp --d-model 64 --seq 128 --heads 4 --head-dim 16
+        --causal --bwd --check 4 ${CLI_MPI_FAST} STDOUT "OK: 0 wrong elements"
+        ENV_VARS "ATTNRUN_CTX_COPIES=1")
 # The checker catches a wrong element on one rank: exit 3 on every rank.
 cli_mpi(mpi_cli_check_catches_wrong_np3 3 3 --mode ring --seq 192 --heads 2 --head-dim 32 --bwd
         --check 4 ${CLI_MPI_FAST} STDOUT "FAILED: [1-9][0-9]* wrong elements \\(on rank 2\\)"
