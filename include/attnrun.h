@@ -173,6 +173,9 @@ ATTN_API attn_status attn_ctx_destroy(attn_ctx_t ctx); /* accepts NULL */
 ATTN_API const char *attn_ctx_backend_name(attn_ctx_t ctx);
 /* Where this context's tensors (and spec arrays) live: host for cpu, device for cuda. */
 ATTN_API attn_device attn_ctx_device(attn_ctx_t ctx);
+/* ATTN_OK when the context's backend takes q/k/v/o of this dtype; else UNSUPPORTED with a
+ * message naming the dtypes it takes. */
+ATTN_API attn_status attn_ctx_supports_dtype(attn_ctx_t ctx, attn_dtype dtype);
 
 /* ---- memory where the context's tensors live ----------------------------------------- */
 /* So that callers (the CLI, frameworks, tests) need no CUDA headers of their own. */

@@ -2,8 +2,7 @@
  * rule (CUDA when this build has it and a device is visible) through the public
  * attn_device_count, then the ranks agree: CUDA only when every rank sees a device, so
  * one job never mixes a CUDA rank with a CPU rank. Whether a backend takes a dtype is the
- * library's answer, not a table kept here: a validation-only attn_fwd on q of that dtype
- * with no data (the library checks a tensor's dtype before it reads its data pointer). */
+ * library's answer (attn_ctx_supports_dtype), not a table kept here. */
 #include "backend.h"
 #include "err.h"
 
@@ -71,13 +70,7 @@ int backend_choose(const mpienv *e, const run_args *a, backend_choice *out, char
 }
 
 int backend_check_dtype(attn_ctx_t ctx, const backend_choice *c, char *err, size_t errlen) {
-  attn_spec s = ATTN_SPEC_INIT;
-  s.num_heads_q = s.num_heads_kv = 1;
-  s.head_dim_qk = 64;
-  attn_device dev = attn_ctx_device(ctx);
-  attn_tensor q = attn_tensor_contig(NULL, c->dtype, dev, 1, 1, 1, 64), o = q;
-  attn_status st = attn_fwd(ctx, &s, &q, &q, &q, &o, NULL);
-  if (st != ATTN_ERR_UNSUPPORTED) return 0; /* the dtype passed; the missing data did not */
+  if (attn_ctx_supports_dtype(ctx, c->dtype) == ATTN_OK) return 0;
   const char *other = c->backend == ATTN_BACKEND_CUDA ? "--dtype bf16 or f16, or --backend cpu"
                                                       : "--dtype f32 (or a CUDA backend for bf16/f16)";
   return launch_fail(err, errlen, "dtype %s (%s) on the %s backend (%s): %s. Use %s",

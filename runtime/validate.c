@@ -82,24 +82,33 @@ static const char *device_name(int d) {
   return d == ATTN_DEVICE_HOST ? "HOST" : d == ATTN_DEVICE_CUDA ? "CUDA" : "?";
 }
 
+/* The backend takes storage dtype t for q/k/v/o (what attn_ctx_supports_dtype answers). */
+static attn_status check_backend_dtype(attn_ctx_t ctx, const char *name, attn_dtype t) {
+  const attn__backend_ops *be = ctx->ops;
+  if ((unsigned)t <= 31u && ((be->dtypes >> t) & 1u)) return ATTN_OK;
+  char have[64] = "";
+  for (int d = ATTN_F32; d <= ATTN_F16; d++)
+    if ((be->dtypes >> d) & 1u) {
+      strcat(have, have[0] ? ", " : "");
+      strcat(have, dtype_name(d));
+    }
+  return attn__fail(ATTN_ERR_UNSUPPORTED,
+                    "%s dtype=%d (%s) is not supported by the %s backend (supported: %s)", name,
+                    (int)t, dtype_name(t), be->name, have);
+}
+
+attn_status attn_ctx_supports_dtype(attn_ctx_t ctx, attn_dtype dtype) {
+  if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
+  return check_backend_dtype(ctx, "tensor", dtype);
+}
+
 attn_status attn__check_tensor(attn_ctx_t ctx, const char *name, const attn_tensor *t,
                                int dtype, const int64_t shape[4], int is_output,
                                attn__view *view) {
   if (!t) return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", name);
   const attn__backend_ops *be = ctx->ops;
   const int accum = dtype == ATTN__DT_ACCUM;
-  if (!(accum && t->dtype == ATTN_F32) &&
-      ((unsigned)t->dtype > 31u || !((be->dtypes >> t->dtype) & 1u))) {
-    char have[64] = "";
-    for (int d = ATTN_F32; d <= ATTN_F16; d++)
-      if ((be->dtypes >> d) & 1u) {
-        strcat(have, have[0] ? ", " : "");
-        strcat(have, dtype_name(d));
-      }
-    return attn__fail(ATTN_ERR_UNSUPPORTED,
-                      "%s dtype=%d (%s) is not supported by the %s backend (supported: %s)",
-                      name, (int)t->dtype, dtype_name(t->dtype), be->name, have);
-  }
+  if (!(accum && t->dtype == ATTN_F32)) ATTN_CHECK(check_backend_dtype(ctx, name, t->dtype));
   if ((accum && t->dtype != ATTN_F32) || (dtype >= 0 && (int)t->dtype != dtype))
     return attn__fail(ATTN_ERR_INVALID_ARG, "%s dtype=%d (%s) must be %s", name, (int)t->dtype,
                       dtype_name(t->dtype),

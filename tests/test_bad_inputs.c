@@ -331,6 +331,10 @@ static void context_memory(void) {
          "src");
   expect("alloc out NULL", attn_ctx_alloc(ctx, 4, NULL), INV, NONE, "out");
   expect("alloc ctx NULL", attn_ctx_alloc(NULL, 4, &b), INV, NONE, "ctx");
+  TU_CHECK(attn_ctx_supports_dtype(ctx, ATTN_F32) == ATTN_OK, "cpu takes f32");
+  expect("supports bf16 on cpu", attn_ctx_supports_dtype(ctx, ATTN_BF16), ATTN_ERR_UNSUPPORTED,
+         NONE, "BF16");
+  expect("supports dtype ctx NULL", attn_ctx_supports_dtype(NULL, ATTN_F32), INV, NONE, "ctx");
   TU_CHECK(attn_ctx_free(ctx, a) == ATTN_OK && attn_ctx_free(ctx, b) == ATTN_OK &&
                attn_ctx_free(ctx, NULL) == ATTN_OK,
            "free");
