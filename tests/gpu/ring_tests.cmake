@@ -1,0 +1,38 @@
+# ring_tests.cmake — ring attention on a CUDA context (test_cuda_ring.c), included by
+# tests/gpu/CMakeLists.txt where the emulated library exists: the emulated variant (label
+# emu, runs in CI) and, with nvcc, the same test against libattnrun (label gpu, exit 77
+# without a GPU). One GPU shared by the ranks uses the MPI-staged transport.
+set(attn_ring_env "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+
+# attn_gpu_mpi_test(<name> <np> <label> <timeout> <exe> <part> [ENV k=v...])
+function(attn_gpu_mpi_test name np label timeout exe part)
+  cmake_parse_arguments(T "" "" "ENV" ${ARGN})
+  add_test(NAME ${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   --bind-to none $<TARGET_FILE:${exe}> ${part})
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${timeout} LABELS ${label}
+                       ENVIRONMENT "${attn_ring_env};${T_ENV}")
+endfunction()
+
+add_executable(test_cuda_ring_emu test_cuda_ring.c)
+target_compile_definitions(test_cuda_ring_emu PRIVATE ATTN_TEST_EMULATED)
+target_link_libraries(test_cuda_ring_emu PRIVATE attnrun_emu attn_test_util MPI::MPI_C m)
+set_target_properties(test_cuda_ring_emu PROPERTIES LINKER_LANGUAGE CXX)
+foreach(np 1 2 3)
+  attn_gpu_mpi_test(cuda_emu_ring_np${np} ${np} emu 300 test_cuda_ring_emu ring)
+endforeach()
+# No NCCL in the emulated build: forcing it must fail on every rank, with the reason.
+attn_gpu_mpi_test(cuda_emu_ring_refuse_nccl_np2 2 emu 60 test_cuda_ring_emu refuse ENV ATTN_COMM=nccl)
+
+if(ATTN_CUDA_ENABLED)
+  add_executable(test_cuda_ring test_cuda_ring.c)
+  target_link_libraries(test_cuda_ring PRIVATE attnrun attn_test_util MPI::MPI_C m)
+  foreach(np 2 3)
+    attn_gpu_mpi_test(cuda_ring_np${np} ${np} gpu 300 test_cuda_ring ring)
+  endforeach()
+  # NCCL forced: runs on one rank; on two it needs two GPUs (one GPU: skipped, exit 77).
+  foreach(np 1 2)
+    attn_gpu_mpi_test(cuda_ring_nccl_np${np} ${np} gpu 300 test_cuda_ring ring ENV ATTN_COMM=nccl)
+  endforeach()
+endif()
+
