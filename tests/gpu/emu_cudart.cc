@@ -195,6 +195,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
+cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+  if (!bytes) return cudaSuccess;
+  if (!in_arena(dst) || !inside_alloc(dst, bytes)) {
+    fprintf(stderr, "emu cudart: cudaMemset of %zu bytes outside a device allocation\n", bytes);
+    return cudaErrorInvalidValue;
+  }
+  device_scope open;
+  memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   (void)s;

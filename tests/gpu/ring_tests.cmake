@@ -1,8 +1,7 @@
-# ring_tests.cmake — ring attention and the TP layer on a CUDA context (test_cuda_ring.c,
-# test_cuda_layer.c), included by tests/gpu/CMakeLists.txt where the emulated library
-# exists: the emulated variants (label emu, run in CI) and, with nvcc, the same tests
-# against libattnrun (label gpu, exit 77 without a GPU). One GPU shared by the ranks uses
-# the MPI-staged transport.
+# ring_tests.cmake — ring attention on a CUDA context (test_cuda_ring.c), included by
+# tests/gpu/CMakeLists.txt where the emulated library exists: the emulated variant (label
+# emu, runs in CI) and, with nvcc, the same test against libattnrun (label gpu, exit 77
+# without a GPU). One GPU shared by the ranks uses the MPI-staged transport.
 set(attn_ring_env "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 
 # attn_gpu_mpi_test(<name> <np> <label> <timeout> <exe> <part> [ENV k=v...])
@@ -64,3 +63,11 @@ if(ATTN_CUDA_ENABLED)
   endforeach()
 endif()
 
+# The single-rank public API on a CUDA context (test_cuda_runtime.c, label gpu in
+# CMakeLists.txt) on the emulated library too.
+add_executable(test_cuda_runtime_emu test_cuda_runtime.c)
+target_include_directories(test_cuda_runtime_emu BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/emu_cudart)
+target_link_libraries(test_cuda_runtime_emu PRIVATE attnrun_emu m)
+set_target_properties(test_cuda_runtime_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_emu_runtime COMMAND test_cuda_runtime_emu)
+set_tests_properties(cuda_emu_runtime PROPERTIES TIMEOUT 300 LABELS emu)

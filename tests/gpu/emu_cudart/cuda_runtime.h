@@ -1,6 +1,6 @@
 /* cuda_runtime.h (test-only stand-in) — the subset of the CUDA runtime API that the
- * runtime adapter (kernels/cuda/backend.c) and the MPI-staged transport (comm/staged.c)
- * call, declared for the emulated device of tests/gpu/emu_cudart.cc. Only the emulated
+ * runtime adapter (kernels/cuda/backend.c), the MPI-staged transport (comm/staged.c) and
+ * test_cuda_runtime.c call, declared for the emulated device of tests/gpu/emu_cudart.cc. Only the emulated
  * library variant (attnrun_emu) sees this header; the real build uses the toolkit's. */
 #ifndef ATTN_EMU_CUDA_RUNTIME_H
 #define ATTN_EMU_CUDA_RUNTIME_H
@@ -44,6 +44,7 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+cudaError_t cudaMemset(void *dst, int value, size_t bytes);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
 
