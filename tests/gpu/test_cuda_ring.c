@@ -6,7 +6,8 @@
  *   (b) the CPU backend's ring on the same bf16-rounded inputs (float32),
  * counting wrong elements per rank; the verdict is agreed with an allreduce. Cases: causal
  * zigzag and contiguous, windows (one shorter than a chunk: blocks not sent), GQA / MQA,
- * sinks on and off; the step record must have one entry per step.
+ * sinks on and off, varlen (device cu_seqlens); the step record must have one entry per
+ * step.
  *
  * Built twice: against libattnrun (label gpu; exits 77 when no CUDA device is visible, or
  * when ATTN_COMM=nccl is forced on ranks that share a GPU) and against the emulated library
@@ -46,6 +47,8 @@ typedef struct {
   int64_t wl, wr;
   int sinks;
   uint64_t seed;
+  int nseq;            /* varlen (B = 1): sequence lengths in lens, summing to S */
+  const int32_t *lens;
 } rcase;
 
 /* ---- bf16 and context memory ---------------------------------------------------------- */
@@ -159,7 +162,16 @@ static void free_result(result *r) {
   for (int i = 0; i < 6; i++) free(p[i]);
 }
 
-static attn_spec make_spec(const rcase *c, const float *sinks) {
+/* cu_seqlens of a varlen case in host memory ([nseq + 1], static: one case at a time). */
+static const int32_t *host_cu(const rcase *c) {
+  static int32_t cu[65];
+  cu[0] = 0;
+  for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->lens[i];
+  return cu;
+}
+
+/* cu is where the context wants it (host for cpu, device for cuda), or NULL. */
+static attn_spec make_spec(const rcase *c, const float *sinks, const int32_t *cu) {
   attn_spec s = ATTN_SPEC_INIT;
   s.num_heads_q = c->Hq;
   s.num_heads_kv = c->Hkv;
@@ -168,7 +180,19 @@ static attn_spec make_spec(const rcase *c, const float *sinks) {
   s.window_left = c->wl;
   s.window_right = c->wr;
   s.sinks = c->sinks ? sinks : NULL;
+  if (c->nseq) {
+    s.cu_seqlens_q = s.cu_seqlens_kv = cu;
+    s.num_seqs = c->nseq;
+  }
   return s;
+}
+
+/* The case's cu_seqlens in device memory (NULL without varlen). */
+static void *device_cu(const rcase *c) {
+  if (!c->nseq) return NULL;
+  float tmp[65];
+  memcpy(tmp, host_cu(c), (size_t)(c->nseq + 1) * 4); /* 4-byte elements, copied as bits */
+  return up(tmp, c->nseq + 1, 0);
 }
 
 /* attn_fwd + attn_bwd on the CUDA context over the full problem (x: q, k, v, dout). */
@@ -177,8 +201,8 @@ static void single_gpu(const rcase *c, float *const x[4], const float *sinks, re
   void *q = up(x[0], nq, 1), *k = up(x[1], nk, 1), *v = up(x[2], nk, 1), *dout = up(x[3], nq, 1);
   void *o = up(NULL, nq, 1), *lse = up(NULL, B * c->Hq * S, 0), *dq = up(NULL, nq, 0);
   void *dk = up(NULL, nk, 0), *dv = up(NULL, nk, 0), *ds = up(NULL, c->Hq, 0);
-  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL;
-  attn_spec s = make_spec(c, dsinks);
+  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL, *cu = device_cu(c);
+  attn_spec s = make_spec(c, dsinks, cu);
   attn_tensor tq = tens(q, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hq, c->D);
   attn_tensor tk = tens(k, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
   attn_tensor tv = tens(v, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
@@ -192,15 +216,15 @@ static void single_gpu(const rcase *c, float *const x[4], const float *sinks, re
     die("single-rank cuda attn_bwd");
   *r = (result){down(o, nq, 1), down(lse, B * c->Hq * S, 0), down(dq, nq, 0), down(dk, nk, 0),
                 down(dv, nk, 0), down(ds, c->Hq, 0)};
-  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks};
-  for (int i = 0; i < 11; i++) attn_ctx_free(g_gpu, all[i]);
+  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks, cu};
+  for (int i = 0; i < 12; i++) attn_ctx_free(g_gpu, all[i]);
 }
 
 /* The ring on the CPU backend (float32 shards, host spec). */
 static void ring_cpu(const rcase *c, float *const xl[4], const float *sinks,
                      const attn_cp_shard *sh, result *r) {
   const int64_t B = c->B, n = sh->rows, nq = B * n * c->Hq * c->D, nk = B * n * c->Hkv * c->D;
-  attn_spec s = make_spec(c, sinks);
+  attn_spec s = make_spec(c, sinks, host_cu(c));
   *r = (result){tu_falloc(nq), tu_falloc(B * c->Hq * n), tu_falloc(nq), tu_falloc(nk),
                 tu_falloc(nk), tu_falloc(c->Hq)};
   attn_tensor tq = attn_tensor_f32(xl[0], B, n, c->Hq, c->D), tk = attn_tensor_f32(xl[1], B, n, c->Hkv, c->D);
@@ -220,8 +244,8 @@ static attn_status ring_gpu(const rcase *c, float *const xl[4], const float *sin
   void *q = up(xl[0], nq, 1), *k = up(xl[1], nk, 1), *v = up(xl[2], nk, 1), *dout = up(xl[3], nq, 1);
   void *o = up(NULL, nq, 1), *lse = up(NULL, B * c->Hq * n, 0), *dq = up(NULL, nq, 0);
   void *dk = up(NULL, nk, 0), *dv = up(NULL, nk, 0), *ds = up(NULL, c->Hq, 0);
-  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL;
-  attn_spec s = make_spec(c, dsinks);
+  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL, *cu = device_cu(c);
+  attn_spec s = make_spec(c, dsinks, cu);
   attn_tensor tq = tens(q, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hq, c->D);
   attn_tensor tk = tens(k, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
   attn_tensor tv = tens(v, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
@@ -239,8 +263,8 @@ static attn_status ring_gpu(const rcase *c, float *const xl[4], const float *sin
             attn_last_error());
   *r = (result){down(o, nq, 1), down(lse, B * c->Hq * n, 0), down(dq, nq, 0), down(dk, nk, 0),
                 down(dv, nk, 0), down(ds, c->Hq, 0)};
-  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks};
-  for (int i = 0; i < 11; i++) attn_ctx_free(g_gpu, all[i]);
+  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks, cu};
+  for (int i = 0; i < 12; i++) attn_ctx_free(g_gpu, all[i]);
   return st;
 }
 
@@ -327,13 +351,16 @@ static int run_case(const rcase *c) {
 static int part_ring(void) {
   const int64_t S = EMULATED ? 96 : 1030, B = EMULATED ? 1 : 2;
   const int D = EMULATED ? 64 : 128;
+  const int32_t lens[4] = {(int32_t)(S / 3), 1, (int32_t)(S / 2), (int32_t)(S - S / 3 - 1 - S / 2)};
   const rcase cases[] = {
-      {"zigzag causal GQA 4/2", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 0, 11},
-      {"zigzag causal GQA 4/2 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 12},
-      {"zigzag causal window 40 (< chunk) + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, 40, -1, 1, 13},
-      {"contiguous causal window (30, 0), MQA 4/1", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 1, D, 1, 30, 0, 0, 14},
-      {"contiguous full, two-sided window (50, 20)", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 2, D, 0, 50, 20, 1, 15},
-      {"zigzag full (no mask), MQA 2/1", ATTN_LAYOUT_ZIGZAG, B, S, 2, 1, D, 0, -1, -1, 0, 16},
+      {"zigzag causal GQA 4/2", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 0, 11, 0, NULL},
+      {"zigzag causal GQA 4/2 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 12, 0, NULL},
+      {"zigzag causal window 40 (< chunk) + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, 40, -1, 1, 13, 0, NULL},
+      {"contiguous causal window (30, 0), MQA 4/1", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 1, D, 1, 30, 0, 0, 14, 0, NULL},
+      {"contiguous full, two-sided window (50, 20)", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 2, D, 0, 50, 20, 1, 15, 0, NULL},
+      {"zigzag full (no mask), MQA 2/1", ATTN_LAYOUT_ZIGZAG, B, S, 2, 1, D, 0, -1, -1, 0, 16, 0, NULL},
+      {"varlen zigzag causal + sinks", ATTN_LAYOUT_ZIGZAG, 1, S, 4, 2, D, 1, -1, -1, 1, 17, 4, lens},
+      {"varlen contiguous causal window 20", ATTN_LAYOUT_CONTIGUOUS, 1, S, 4, 2, D, 1, 20, -1, 0, 18, 4, lens},
   };
   int ok = 1;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) ok &= run_case(&cases[i]);
