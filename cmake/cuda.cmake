@@ -76,7 +76,8 @@ if(ATTN_CUDA_ENABLED)
                  "architectures ${CMAKE_CUDA_ARCHITECTURES}, head dims ${ATTN_CUDA_DIMS_STR})")
 
   add_library(attnrun_cuda_kernels STATIC
-    ${ATTN_CUDA_INSTANCES} ${ATTN_CUDA_DIR}/state.cu ${ATTN_CUDA_DIR}/dispatch.c)
+    ${ATTN_CUDA_INSTANCES} ${ATTN_CUDA_DIR}/state.cu ${ATTN_CUDA_DIR}/ops.cu
+    ${ATTN_CUDA_DIR}/dispatch.c)
   # Directory-wide flags meant for the C compiler (-Wall, -Werror, -fsanitize=...) reach
   # this target too, and nvcc rejects them: keep them to its C sources.
   get_target_property(attn_inherited attnrun_cuda_kernels COMPILE_OPTIONS)
@@ -116,6 +117,10 @@ if(ATTN_CUDA_ENABLED)
     target_link_libraries(attnrun PRIVATE attnrun_cuda_kernels)
     target_compile_definitions(attnrun PRIVATE ATTN_HAVE_CUDA=1)
     target_include_directories(attnrun PRIVATE ${ATTN_CUDA_DIR})
+    # The device transports: MPI-staged always (ranks sharing a GPU), NCCL when found;
+    # cuBLAS for the layer's projections (kernels/cuda/backend.c), in the CUDA part only.
+    target_sources(attnrun PRIVATE ${ATTN_ROOT}/comm/staged.c)
+    target_link_libraries(attnrun PRIVATE CUDA::cublas)
     if(NCCL_FOUND)
       target_sources(attnrun PRIVATE ${ATTN_ROOT}/comm/nccl.c)
       target_link_libraries(attnrun PRIVATE NCCL::NCCL)

@@ -329,7 +329,10 @@ ATTN_API attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec,
                                    const float *lse, const attn_tensor *dout, attn_tensor *dq,
                                    attn_tensor *dk, attn_tensor *dv, float *dsinks);
 
-/* What the last ring call did, step by step (step 0 = the local block). */
+/* What the last ring call did, step by step (step 0 = the local block). On a CUDA context
+ * each step waits for its kernels before it waits for the exchange, so compute_s is the
+ * device's compute; with the MPI-staged transport (ranks sharing a GPU) the host copy of
+ * the outgoing block counts as compute and that of the incoming one as wait. */
 typedef struct {
   double compute_s; /* kernel time, plus packing blocks and adding received partials */
   double wait_s;    /* time blocked waiting for the exchange (exposed communication) */
@@ -371,7 +374,9 @@ ATTN_API attn_status attn_layer_get_heads(attn_layer_t layer, attn_layer_heads *
 /* x, y [B, S_loc, d_model] (this CP rank's rows; x identical over the TP group);
  * w_qkv [d_model, (hq*Dqk + hk*Dqk + hk*Dv)] = this rank's columns [W_q | W_k | W_v];
  * w_o [hq*Dv, d_model] = this rank's rows of W_o. y is identical over the TP group.
- * The layer keeps what backward needs until the next forward. */
+ * All float32, in the context's memory (device memory on a CUDA context, where the
+ * projections run through cuBLAS and the attention in bf16). The layer keeps what
+ * backward needs until the next forward. */
 ATTN_API attn_status attn_layer_fwd(attn_layer_t layer, int64_t batch, int64_t seq_global,
                                     const float *x, const float *w_qkv, const float *w_o,
                                     float *y);

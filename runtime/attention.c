@@ -21,11 +21,10 @@ attn_status attn_fwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   return ctx->ops->fwd(ctx, &pb, ov, lse, pb.sq);
 }
 
-/* Zeroes a strided [B, S, H, D] float32 view. */
-static void zero_view(attn__view v, int64_t B, int64_t S, int64_t H, int64_t D) {
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t s = 0; s < S; s++)
-      for (int64_t h = 0; h < H; h++) memset(v.p + b * v.sb + s * v.ss + h * v.sh, 0, D * 4);
+/* Zeroes a strided [B, S, H, D] float32 view in the context's memory (on its stream). */
+static attn_status zero_view(attn_ctx_t ctx, attn__view v, int64_t B, int64_t S, int64_t H,
+                             int64_t D) {
+  return ctx->ops->rows(ctx, ATTN__ROWS_ZERO, v, ATTN_F32, v, ATTN_F32, B, S, H, D);
 }
 
 attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q,
@@ -43,18 +42,21 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   ATTN_CHECK(attn__check_out(ctx, "dv", dv, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
   if (pb.sinks && !dsinks)
     return attn__fail(ATTN_ERR_INVALID_ARG, "dsinks is NULL but spec->sinks is set");
-  float *delta = malloc((size_t)(pb.B * pb.Hq * pb.sq) * sizeof(float)); /* [B, Hq, Sq] */
-  if (!delta)
-    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "delta [%lld x %lld x %lld] allocation failed",
-                      (long long)pb.B, (long long)pb.Hq, (long long)pb.sq);
+  /* delta [B, Hq, Sq] in the context's memory (device memory on CUDA, freed after the
+   * stream drains, so a CUDA attn_bwd returns with its work done). */
+  void *delta = NULL;
+  ATTN_CHECK(ctx->ops->mem_alloc(ctx, (size_t)(pb.B * pb.Hq * pb.sq) * sizeof(float), &delta));
   reset_stats(ctx);
-  if (dsinks && pb.sinks) memset(dsinks, 0, (size_t)pb.Hq * sizeof(float));
-  zero_view(dqv, pb.B, pb.sq, pb.Hq, pb.Dqk);
-  zero_view(dkv, pb.B, pb.skv, pb.Hkv, pb.Dqk);
-  zero_view(dvv, pb.B, pb.skv, pb.Hkv, pb.Dv);
-  attn_status st = ctx->ops->bwd_prepare(ctx, &pb, ov, dov, lse, delta, pb.sinks ? dsinks : NULL);
+  attn__view dsv = {dsinks, 0, 0, 0};
+  attn_status st = ATTN_OK;
+  if (dsinks && pb.sinks) st = zero_view(ctx, dsv, 1, 1, 1, pb.Hq);
+  if (st == ATTN_OK) st = zero_view(ctx, dqv, pb.B, pb.sq, pb.Hq, pb.Dqk);
+  if (st == ATTN_OK) st = zero_view(ctx, dkv, pb.B, pb.skv, pb.Hkv, pb.Dqk);
+  if (st == ATTN_OK) st = zero_view(ctx, dvv, pb.B, pb.skv, pb.Hkv, pb.Dv);
+  if (st == ATTN_OK)
+    st = ctx->ops->bwd_prepare(ctx, &pb, ov, dov, lse, delta, pb.sinks ? dsinks : NULL);
   if (st == ATTN_OK) st = ctx->ops->bwd_block(ctx, &pb, dov, lse, delta, pb.sq, dqv, dkv, dvv);
-  free(delta);
+  ctx->ops->mem_free(ctx, delta);
   return st;
 }
 
@@ -138,6 +140,7 @@ attn_status attn_state_finalize(attn_ctx_t ctx, const attn_spec *spec, const att
   ATTN_CHECK(head_problem(ctx, spec, st->batch, st->rows, &pb));
   ATTN_CHECK(state_matches(&pb, st));
   ATTN_CHECK(attn__check_out(ctx, "o", o, ATTN__DT_ANY, pb.B, pb.sq, pb.Hq, pb.Dv, &ov));
+  pb.dtype = o->dtype; /* the dtype finalize writes */
   return ctx->ops->finalize(ctx, &pb, st, ov, lse);
 }
 
@@ -152,6 +155,7 @@ attn_status attn_bwd_prepare(attn_ctx_t ctx, const attn_spec *spec, const attn_t
   ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, o->dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
   ATTN_CHECK(need(lse, "lse"));
   ATTN_CHECK(need(delta, "delta"));
+  pb.dtype = o->dtype; /* the dtype of o and dout that prepare reads */
   return ctx->ops->bwd_prepare(ctx, &pb, ov, dov, lse, delta, pb.sinks ? dsinks : NULL);
 }
 

@@ -67,12 +67,111 @@ static void comm_destroy(attn__comm *c) {
 
 attn_status attn_group_destroy(attn_group_t grp) {
   if (!grp) return ATTN_OK;
+  comm_destroy(grp->cp_dev); /* before the MPI communicators the staged ones borrow */
+  comm_destroy(grp->tp_dev);
+  comm_destroy(grp->world_dev);
   comm_destroy(grp->cp);
   comm_destroy(grp->tp);
   comm_destroy(grp->world);
   free(grp->steps);
   free(grp);
   return ATTN_OK;
+}
+
+/* ---- the device transport ------------------------------------------------------------- */
+/* Buffers in device memory travel over NCCL when the build has it and every rank of the
+ * group has a GPU of its own, else over the MPI-staged transport (ranks that share a GPU:
+ * NCCL refuses duplicate devices). ATTN_COMM=nccl|mpi-staged forces one. Every input of
+ * the choice is agreed or allgathered first, so all ranks choose alike (or fail alike). */
+enum { COMM_AUTO = 0, COMM_STAGED = 1, COMM_NCCL = 2, COMM_BAD = 3 };
+#define DEV_ID_BYTES 192
+
+#ifdef ATTN_HAVE_NCCL
+static const int have_nccl = 1;
+#else
+static const int have_nccl = 0;
+#endif
+
+static int comm_request(void) {
+  const char *e = getenv("ATTN_COMM");
+  if (!e || !*e || !strcmp(e, "auto")) return COMM_AUTO;
+  if (!strcmp(e, "mpi-staged") || !strcmp(e, "staged")) return COMM_STAGED;
+  if (!strcmp(e, "nccl")) return COMM_NCCL;
+  return COMM_BAD;
+}
+
+/* First pair of world ranks whose devices are the same (*a = -1: none). ids [size][N]. */
+static void first_shared(const char *ids, int n, int *a, int *b) {
+  *a = *b = -1;
+  for (int i = 0; i < n && *a < 0; i++)
+    for (int j = i + 1; j < n; j++)
+      if (!strncmp(ids + (size_t)i * DEV_ID_BYTES, ids + (size_t)j * DEV_ID_BYTES, DEV_ID_BYTES)) {
+        *a = i, *b = j;
+        break;
+      }
+}
+
+static attn_status pick_transport(attn_group_t grp, int *nccl) {
+  attn__comm *w = grp->world;
+  char mine[DEV_ID_BYTES];
+  memset(mine, 0, sizeof mine);
+  attn_status local = grp->ctx->ops->device_id(grp->ctx, mine, sizeof mine - 1);
+  const int req = comm_request();
+  attn__fingerprint fp = {0};
+  attn__fp_add(&fp, "ATTN_COMM (0 auto, 1 mpi-staged, 2 nccl, 3 not understood)", req);
+  attn__fp_add(&fp, "device id known on this rank", local == ATTN_OK);
+  ATTN_CHECK(attn__comm_agree(w, &fp));
+  if (local != ATTN_OK) return local;
+  if (req == COMM_BAD)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "ATTN_COMM=%s is not a transport; use nccl, mpi-staged or auto",
+                      getenv("ATTN_COMM"));
+  char *ids = malloc((size_t)w->size * DEV_ID_BYTES);
+  if (!ids) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "device id table");
+  attn_status st = w->ops->allgather(w, mine, ids, DEV_ID_BYTES);
+  int a = -1, b = -1;
+  if (st == ATTN_OK) first_shared(ids, w->size, &a, &b);
+  free(ids);
+  ATTN_CHECK(st);
+  if (req == COMM_NCCL && !have_nccl)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "ATTN_COMM=nccl: this build has no NCCL (configure with NCCL found); use "
+                      "ATTN_COMM=mpi-staged or auto");
+  if (req == COMM_NCCL && a >= 0)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "ATTN_COMM=nccl: world ranks %d and %d share one GPU (%s), and NCCL needs "
+                      "a GPU per rank; use ATTN_COMM=mpi-staged or auto",
+                      a, b, mine);
+  *nccl = req == COMM_NCCL || (req == COMM_AUTO && have_nccl && a < 0);
+  attn__log(ATTN_LOG_INFO, "device transport: %s (%s; this rank's device %s)",
+            *nccl ? "nccl" : "mpi-staged",
+            req != COMM_AUTO ? "forced by ATTN_COMM"
+            : a >= 0         ? "ranks share a GPU"
+            : !have_nccl     ? "this build has no NCCL"
+                             : "one GPU per rank",
+            mine);
+  return ATTN_OK;
+}
+
+static attn_status device_comms(attn_group_t grp, int32_t tp) {
+  int nccl = 0;
+  ATTN_CHECK(pick_transport(grp, &nccl));
+  attn__comm *w = grp->world;
+  attn_ctx_t ctx = grp->ctx;
+  attn_status st = ATTN_ERR_UNSUPPORTED;
+#ifdef ATTN_HAVE_NCCL
+  if (nccl) st = attn__comm_nccl_create(w, ctx->cfg.device, ctx->cfg.stream, w->timeout_s, &grp->world_dev);
+#endif
+#ifdef ATTN_HAVE_CUDA
+  if (!nccl) st = attn__comm_staged_create(w, ctx->cfg.stream, &grp->world_dev);
+#endif
+  if (st == ATTN_ERR_UNSUPPORTED && !grp->world_dev)
+    return attn__fail(st, "backend %s has device memory but this build has no device transport",
+                      ctx->ops->name);
+  ATTN_CHECK(st);
+  attn__comm *d = grp->world_dev;
+  ATTN_CHECK(d->ops->split(d, w->rank / tp, w->rank, &grp->tp_dev));
+  return d->ops->split(d, w->rank % tp, w->rank, &grp->cp_dev);
 }
 
 static attn_status group_split(attn_group_t grp, int32_t tp) {
@@ -99,6 +198,8 @@ attn_status attn_group_create(attn_group_t *out, attn_ctx_t ctx, const void *mpi
   ATTN_CHECK_GOTO(attn__comm_mpi_create(mpi_comm, cfg.timeout_s, &grp->world), st, fail);
   ATTN_CHECK_GOTO(check_grid(grp->world, &cfg), st, fail);
   ATTN_CHECK_GOTO(group_split(grp, cfg.tp), st, fail);
+  if (ctx->ops && ctx->ops->device != ATTN_DEVICE_HOST) /* (tests pass a bare ctx) */
+    ATTN_CHECK_GOTO(device_comms(grp, cfg.tp), st, fail);
   attn__clear_error();
   *out = grp;
   return ATTN_OK;
@@ -109,8 +210,8 @@ fail:
 
 attn_status attn_group_abort(attn_group_t grp) {
   if (!grp) return attn__fail(ATTN_ERR_INVALID_ARG, "grp is NULL");
-  attn__comm *comms[3] = {grp->cp, grp->tp, grp->world};
-  for (int i = 0; i < 3; i++)
+  attn__comm *comms[6] = {grp->cp_dev, grp->tp_dev, grp->world_dev, grp->cp, grp->tp, grp->world};
+  for (int i = 0; i < 6; i++)
     if (comms[i]) comms[i]->ops->abort(comms[i], "the group was aborted (attn_group_abort)");
   return ATTN_OK;
 }

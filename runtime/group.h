@@ -10,10 +10,18 @@ struct attn_group_s {
   attn__comm *world; /* duplicate of the caller's communicator */
   attn__comm *tp;    /* consecutive ranks: world rank / tp == cp index */
   attn__comm *cp;    /* ranks with the same tp_rank, strided by tp */
+  /* The same three groups over a device transport (NCCL or MPI-staged) when the context's
+   * memory is device memory; NULL on a host context. Host data (agreement, verdicts)
+   * always travels over the MPI communicators above. */
+  attn__comm *world_dev, *tp_dev, *cp_dev;
   attn_group_info info;
   attn_ring_step *steps; /* [steps_cap] record of the last ring call */
   int32_t nsteps, steps_cap;
 };
+
+/* The communicators for buffers in the context's memory. */
+static inline attn__comm *attn__group_tp_data(attn_group_t g) { return g->tp_dev ? g->tp_dev : g->tp; }
+static inline attn__comm *attn__group_cp_data(attn_group_t g) { return g->cp_dev ? g->cp_dev : g->cp; }
 
 /* Clears the step record (nsteps = 0) and makes room for n zeroed steps; the ring code
  * fills steps[0..n) and sets nsteps. */

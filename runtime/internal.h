@@ -64,6 +64,8 @@ typedef struct {
 } attn__problem;
 
 /* ---- backends --------------------------------------------------------------------- */
+typedef enum { ATTN__ROWS_COPY = 0, ATTN__ROWS_ADD = 1, ATTN__ROWS_ZERO = 2 } attn__rows_op;
+
 typedef struct {
   const char *name;
   attn_device device; /* where this backend's tensors live */
@@ -90,6 +92,26 @@ typedef struct {
   attn_status (*mem_copy)(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
                           attn_copy_kind kind);
   attn_status (*sync)(attn_ctx_t ctx);
+  /* ---- data movement for the ring and the layer, on this backend's memory ----------- */
+  /* Over [B, S, H, D] strided views (attn__view in elements of the named dtype; .p is
+   * cast): COPY dst = src (dtypes may differ: float32 <-> bf16/f16 converts, rounding to
+   * nearest even; equal dtypes copy bits), ADD dst += src (both float32), ZERO dst = 0
+   * (src unused). Enqueued on the context's stream; views must not overlap. */
+  attn_status (*rows)(attn_ctx_t ctx, attn__rows_op op, attn__view dst, attn_dtype dst_dtype,
+                      attn__view src, attn_dtype src_dtype, int64_t B, int64_t S, int64_t H,
+                      int64_t D);
+  /* RoPE (runtime/rope.h semantics) on a float32 [B, S, H, D] view in place; cos_t, sin_t
+   * [S, D/2] float32 in this backend's memory; inverse = 1 rotates by -angle. */
+  attn_status (*rope)(attn_ctx_t ctx, attn__view x, int64_t B, int64_t S, int64_t H, int64_t D,
+                      const float *cos_t, const float *sin_t, int inverse);
+  /* Row-major float32 C[M,N] = alpha * op(A) op(B) + beta * C (op: transpose when ta/tb),
+   * lda/ldb/ldc the row pitches as stored; all in this backend's memory. */
+  attn_status (*gemm)(attn_ctx_t ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc);
+  /* Names the device the context computes on, the same string on every process that
+   * shares it (PCI bus id); "host" for the cpu backend. */
+  attn_status (*device_id)(attn_ctx_t ctx, char *buf, size_t cap);
   /* Frees the context's backend_data. */
   void (*release)(void *backend_data);
 } attn__backend_ops;

@@ -16,6 +16,14 @@
  * locally still joins, and every rank learns the outcome from the same sum. After a
  * failure the contents of the outputs are unspecified.
  *
+ * On a CUDA context every float32 argument (x, weights, y, gradients, dsinks) is device
+ * memory; the GEMMs run through the backend (cuBLAS, float32 in and out with float32
+ * accumulation — the layer's float32 contract, with the CPU layer as its reference; see
+ * kernels/cuda/backend.c for the TF32 opt-in), RoPE runs in float32 on the projections, and
+ * Q/K/V (then dO) are converted to bf16 for the attention kernels, which take only bf16/f16;
+ * O comes back as bf16 and is widened for the W_O GEMM. The AllReduces of device buffers go
+ * over the group's device transport; verdicts and agreement over MPI.
+ *
  * Ownership: forward copies x, w_qkv and w_o (backward needs them and is not given them
  * again), so the caller may reuse those buffers. The caller's spec pointers (sinks, alibi,
  * cu_seqlens, block mask) must outlive the layer; sinks and slopes are read at each call,
@@ -24,7 +32,6 @@
 #include "rope.h"
 #include "validate.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +52,16 @@ enum {
   BUF_DQKV,   /* [B, S_loc, cols]    dQ, dK (before and after inverse RoPE), dV */
   BUF_PACK,   /* KV-head and CP sums of the weight gradients (+ NSTATUS) */
   BUF_DSINKS, /* [hq] */
+  /* The attention's own dtype copies (bf16) on a device context; unused on the host. */
+  BUF_QKV16,  /* [B, S_loc, cols]    bf16 Q, K (after RoPE), V */
+  BUF_O16,    /* [B, S_loc, hq, Dv]  bf16 O */
+  BUF_DOUT16, /* [B, S_loc, hq, Dv]  bf16 dO */
   BUF_COUNT
 };
 static const char *const buf_name[BUF_COUNT] = {
     "x copy", "w_qkv copy", "w_o copy", "QKV", "O", "LSE", "RoPE cos", "RoPE sin",
-    "AllReduce staging", "dO", "dQKV", "weight-gradient staging", "dsinks"};
+    "AllReduce staging", "dO", "dQKV", "weight-gradient staging", "dsinks", "bf16 QKV",
+    "bf16 O", "bf16 dO"};
 
 #define NSTATUS (ATTN_ERR_INTERNAL + 1) /* trailing failure-count slots of each sum */
 
@@ -60,26 +72,64 @@ struct attn_layer_s {
   attn_layer_heads h;
   int64_t d, dqk, dv, cols; /* d_model, Dqk, Dv, columns of w_qkv */
   attn__comm *kv;         /* TP ranks sharing this rank's replicated KV head; NULL if split */
+  attn_dtype adt;         /* dtype the attention runs in: F32 on the host, BF16 on a device */
   int have_fwd;           /* the last forward succeeded: backward may run */
   int have_bwd;           /* the last backward succeeded: BUF_DSINKS holds d(sinks) */
   int64_t batch, seq, rows; /* of the last forward; rows = S_loc */
   attn_cp_shard shard;
   int64_t rope_seq;       /* seq the cached RoPE table was built for (-1: none) */
-  float *buf[BUF_COUNT];
+  float *buf[BUF_COUNT];   /* the context's memory */
   int64_t cap[BUF_COUNT];
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
+static attn_ctx_t ctx_of(const attn_layer_t L) { return L->grp->ctx; }
+
+/* n floats (4-byte elements) of context memory in buf[which]. */
 static attn_status reserve(attn_layer_t L, int which, int64_t n) {
   if (n <= L->cap[which]) return ATTN_OK;
-  free(L->buf[which]);
-  L->buf[which] = malloc((size_t)n * sizeof(float));
-  L->cap[which] = L->buf[which] ? n : 0;
-  if (!L->buf[which])
-    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "layer: %s buffer of %lld floats: allocation failed",
-                      buf_name[which], (long long)n);
+  attn_ctx_t ctx = ctx_of(L);
+  if (L->buf[which]) ctx->ops->mem_free(ctx, L->buf[which]);
+  void *p = NULL;
+  attn_status st = ctx->ops->mem_alloc(ctx, (size_t)n * sizeof(float), &p);
+  L->buf[which] = p;
+  L->cap[which] = p ? n : 0;
+  if (st != ATTN_OK)
+    return attn__fail(st, "layer: %s buffer of %lld floats: %s", buf_name[which], (long long)n,
+                      attn_last_error());
   return ATTN_OK;
+}
+
+/* n bf16 elements. */
+static attn_status reserve16(attn_layer_t L, int which, int64_t n) {
+  return reserve(L, which, (n + 1) / 2);
+}
+
+/* n floats within the context's memory (ordered on its stream). */
+static attn_status ctx_copy(attn_layer_t L, void *dst, const void *src, int64_t n) {
+  return n ? ctx_of(L)->ops->mem_copy(ctx_of(L), dst, src, (size_t)n * sizeof(float),
+                                      ATTN_COPY_CTX_TO_CTX)
+           : ATTN_OK;
+}
+
+/* Row-major C[M,N] = op(A) op(B) on the context's backend (BLAS or cuBLAS). */
+static attn_status gemm(attn_layer_t L, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                        int64_t ldc) {
+  return ctx_of(L)->ops->gemm(ctx_of(L), ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+/* A [rows, cols] matrix converted between float32 and the attention dtype. */
+static attn_status convert(attn_layer_t L, void *dst, attn_dtype dt, const void *src,
+                           attn_dtype st, int64_t rows, int64_t cols) {
+  attn__view d = {dst, 0, cols, 0}, s = {(void *)src, 0, cols, 0};
+  return ctx_of(L)->ops->rows(ctx_of(L), ATTN__ROWS_COPY, d, dt, s, st, 1, rows, 1, cols);
+}
+
+/* The buffer the attention reads or writes: the float32 one on the host, else its copy. */
+static void *abuf(const attn_layer_t L, int f32_buf, int copy_buf) {
+  return L->adt == ATTN_F32 ? L->buf[f32_buf] : L->buf[copy_buf];
 }
 
 static int64_t bits_of(float f) {
@@ -88,10 +138,12 @@ static int64_t bits_of(float f) {
   return (int64_t)u;
 }
 
-/* A [B, S, H, D] view whose rows are `ld` floats apart (a column block of a matrix). */
-static attn_tensor cols_view(float *base, int64_t B, int64_t S, int64_t H, int64_t D,
-                             int64_t ld) {
-  attn_tensor t = attn_tensor_f32(base, B, S, H, D);
+/* A [B, S, H, D] view of dtype dt in the context's memory whose rows are `ld` elements
+ * apart (a column block of a matrix); col is the block's first column. */
+static attn_tensor cols_view(const attn_layer_t L, void *base, attn_dtype dt, int64_t col,
+                             int64_t B, int64_t S, int64_t H, int64_t D, int64_t ld) {
+  attn_tensor t = attn_tensor_contig((char *)base + col * (int64_t)attn_dtype_size(dt), dt,
+                                     ctx_of(L)->ops->device, B, S, H, D);
   t.stride[0] = S * ld;
   t.stride[1] = ld;
   return t;
@@ -123,10 +175,20 @@ static attn_status restore_error(attn_status st, const saved_error *e) {
   return attn__fail(st, "%s", e->text);
 }
 
-/* Writes this rank's verdict into the NSTATUS slots that follow a buffer to be summed. */
-static void verdict_put(float *slots, attn_status st) {
-  memset(slots, 0, NSTATUS * sizeof(float));
-  if (st != ATTN_OK) slots[st] = 1.0f;
+/* Writes this rank's verdict into the NSTATUS slots (context memory) that follow a buffer
+ * to be summed. */
+static attn_status verdict_put(attn_ctx_t ctx, float *slots, attn_status st) {
+  float v[NSTATUS] = {0};
+  if (st != ATTN_OK) v[st] = 1.0f;
+  return ctx->ops->mem_copy(ctx, slots, v, sizeof v, ATTN_COPY_HOST_TO_CTX);
+}
+
+/* The summed slots back on the host (a failed copy counts as an internal failure here). */
+static void verdict_read(attn_ctx_t ctx, const float *slots, float out[NSTATUS]) {
+  if (ctx->ops->mem_copy(ctx, out, slots, NSTATUS * sizeof(float), ATTN_COPY_CTX_TO_HOST) != ATTN_OK) {
+    memset(out, 0, NSTATUS * sizeof(float));
+    out[ATTN_ERR_INTERNAL] = 1.0f;
+  }
 }
 
 /* After the sum: this rank's own failure wins (its message is the precise one); else the
@@ -284,7 +346,7 @@ static attn_spec local_spec(const attn_layer_t L) {
 
 static attn_status split_kv(attn_layer_t L) {
   if (L->cfg.spec.num_heads_kv >= L->grp->info.tp_size) return ATTN_OK;
-  attn__comm *tp = L->grp->tp;
+  attn__comm *tp = attn__group_tp_data(L->grp);
   return tp->ops->split(tp, L->h.hk0, L->grp->info.tp_rank, &L->kv);
 }
 
@@ -298,11 +360,7 @@ attn_status attn_layer_create(attn_layer_t *out, attn_group_t grp, const attn_la
   L->rope_seq = -1;
   attn_status local = copy_config(cfg, &L->cfg);
   if (local == ATTN_OK) local = check_config(&L->cfg, grp->info.tp_size);
-  if (local == ATTN_OK && grp->ctx->ops->device != ATTN_DEVICE_HOST)
-    local = attn__fail(ATTN_ERR_UNSUPPORTED,
-                       "the attention layer on the %s backend is not implemented yet (its "
-                       "projections run on host BLAS); use a cpu context",
-                       grp->ctx->ops->name);
+  L->adt = grp->ctx->ops->device == ATTN_DEVICE_HOST ? ATTN_F32 : ATTN_BF16;
   attn__fingerprint fp;
   config_fingerprint(&L->cfg, &fp);
   attn_status st = preflight(grp->world, &fp, local);
@@ -323,7 +381,8 @@ attn_status attn_layer_destroy(attn_layer_t L) {
   if (!L) return ATTN_OK;
   attn_status st = ATTN_OK;
   if (L->kv) st = L->kv->ops->destroy(L->kv);
-  for (int i = 0; i < BUF_COUNT; i++) free(L->buf[i]);
+  for (int i = 0; i < BUF_COUNT; i++)
+    if (L->buf[i]) ctx_of(L)->ops->mem_free(ctx_of(L), L->buf[i]);
   free(L);
   return st;
 }
@@ -357,21 +416,33 @@ static attn_status rope_table(attn_layer_t L) {
   for (int i = 0; i < L->shard.count; i++)
     for (int64_t g = L->shard.start[i]; g < L->shard.start[i] + L->shard.len[i]; g++)
       pos[r++] = g;
-  attn__rope_table(L->cfg.rope_theta, L->dqk, pos, L->rows, L->buf[BUF_COS], L->buf[BUF_SIN],
-                   L->grp->ctx->cfg.num_threads);
+  /* Built on the host (double angles, rounded once), so every backend rotates by bitwise
+   * the same table; then copied to where the context computes. */
+  const int64_t n = L->rows * (L->dqk / 2);
+  float *cs = malloc((size_t)(2 * n) * sizeof(float)); /* [2][S_loc, Dqk/2] */
+  attn_status st = cs ? ATTN_OK : attn__fail(ATTN_ERR_OUT_OF_MEMORY, "layer: RoPE table");
+  if (st == ATTN_OK) {
+    attn__rope_table(L->cfg.rope_theta, L->dqk, pos, L->rows, cs, cs + n,
+                     L->grp->ctx->cfg.num_threads);
+    attn_ctx_t ctx = ctx_of(L);
+    st = ctx->ops->mem_copy(ctx, L->buf[BUF_COS], cs, (size_t)n * 4, ATTN_COPY_HOST_TO_CTX);
+    if (st == ATTN_OK)
+      st = ctx->ops->mem_copy(ctx, L->buf[BUF_SIN], cs + n, (size_t)n * 4, ATTN_COPY_HOST_TO_CTX);
+  }
+  free(cs);
   free(pos);
-  L->rope_seq = L->seq;
-  return ATTN_OK;
+  if (st == ATTN_OK) L->rope_seq = L->seq;
+  return st;
 }
 
 /* Q heads then K heads of the QKV (or dQKV) matrix, rotated or un-rotated in place. */
-static void rope_qk(attn_layer_t L, float *qkv, int inverse) {
+static attn_status rope_qk(attn_layer_t L, float *qkv, int inverse) {
   const float *c = L->buf[BUF_COS], *s = L->buf[BUF_SIN];
   attn__view q = raw_view(qkv, L->rows, L->dqk, L->cols);
   attn__view k = raw_view(qkv + L->h.hq * L->dqk, L->rows, L->dqk, L->cols);
-  int threads = L->grp->ctx->cfg.num_threads;
-  attn__rope_apply(q, L->batch, L->rows, L->h.hq, L->dqk, c, s, inverse, threads);
-  attn__rope_apply(k, L->batch, L->rows, L->h.hk, L->dqk, c, s, inverse, threads);
+  attn_ctx_t ctx = ctx_of(L);
+  ATTN_CHECK(ctx->ops->rope(ctx, q, L->batch, L->rows, L->h.hq, L->dqk, c, s, inverse));
+  return ctx->ops->rope(ctx, k, L->batch, L->rows, L->h.hk, L->dqk, c, s, inverse);
 }
 
 /* ---- forward ---------------------------------------------------------------------------- */
@@ -385,6 +456,10 @@ static attn_status reserve_fwd(attn_layer_t L) {
   ATTN_CHECK(reserve(L, BUF_O, M * hq * L->dv));
   ATTN_CHECK(reserve(L, BUF_LSE, L->batch * hq * L->rows));
   ATTN_CHECK(reserve(L, BUF_RED, M * L->d + NSTATUS));
+  if (L->adt != ATTN_F32) {
+    ATTN_CHECK(reserve16(L, BUF_QKV16, M * L->cols));
+    ATTN_CHECK(reserve16(L, BUF_O16, M * hq * L->dv));
+  }
   if (L->cfg.rope_theta > 0.0f) {
     ATTN_CHECK(reserve(L, BUF_COS, L->rows * (L->dqk / 2)));
     ATTN_CHECK(reserve(L, BUF_SIN, L->rows * (L->dqk / 2)));
@@ -415,49 +490,58 @@ static attn_status check_fwd(attn_layer_t L, int64_t batch, int64_t seq, const f
   return reserve_fwd(L);
 }
 
-/* QKV = x · w_qkv, then RoPE on Q and K. */
+/* QKV = x · w_qkv, then RoPE on Q and K (float32), then the attention's dtype copy. */
 static attn_status project_qkv(attn_layer_t L) {
-  int M = (int)(L->batch * L->rows), d = (int)L->d, C = (int)L->cols;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, C, d, 1.0f, L->buf[BUF_X], d,
-              L->buf[BUF_WQKV], C, 0.0f, L->buf[BUF_QKV], C);
-  if (L->cfg.rope_theta == 0.0f) return ATTN_OK;
-  ATTN_CHECK(rope_table(L));
-  rope_qk(L, L->buf[BUF_QKV], 0);
-  return ATTN_OK;
+  const int64_t M = L->batch * L->rows, d = L->d, C = L->cols;
+  ATTN_CHECK(gemm(L, 0, 0, M, C, d, L->buf[BUF_X], d, L->buf[BUF_WQKV], C, L->buf[BUF_QKV], C));
+  if (L->cfg.rope_theta > 0.0f) {
+    ATTN_CHECK(rope_table(L));
+    ATTN_CHECK(rope_qk(L, L->buf[BUF_QKV], 0));
+  }
+  if (L->adt == ATTN_F32) return ATTN_OK;
+  return convert(L, L->buf[BUF_QKV16], L->adt, L->buf[BUF_QKV], ATTN_F32, M, C);
 }
 
-/* The three views of a QKV-shaped matrix. */
-static void qkv_views(const attn_layer_t L, float *m, attn_tensor *q, attn_tensor *k,
-                      attn_tensor *v) {
+/* The three views of a QKV-shaped matrix of dtype dt. */
+static void qkv_views(const attn_layer_t L, void *m, attn_dtype dt, attn_tensor *q,
+                      attn_tensor *k, attn_tensor *v) {
   int64_t B = L->batch, S = L->rows, hq = L->h.hq, hk = L->h.hk;
-  *q = cols_view(m, B, S, hq, L->dqk, L->cols);
-  *k = cols_view(m + hq * L->dqk, B, S, hk, L->dqk, L->cols);
-  *v = cols_view(m + (hq + hk) * L->dqk, B, S, hk, L->dv, L->cols);
+  *q = cols_view(L, m, dt, 0, B, S, hq, L->dqk, L->cols);
+  *k = cols_view(L, m, dt, hq * L->dqk, B, S, hk, L->dqk, L->cols);
+  *v = cols_view(L, m, dt, (hq + hk) * L->dqk, B, S, hk, L->dv, L->cols);
+}
+
+/* O [B, S_loc, hq, Dv] in the attention's dtype. */
+static attn_tensor o_tensor(const attn_layer_t L, int f32_buf, int copy_buf) {
+  return attn_tensor_contig(abuf(L, f32_buf, copy_buf), L->adt, ctx_of(L)->ops->device,
+                            L->batch, L->rows, L->h.hq, L->dv);
 }
 
 static attn_status attend(attn_layer_t L) {
   attn_spec s = local_spec(L);
-  attn_tensor q, k, v, o = attn_tensor_f32(L->buf[BUF_O], L->batch, L->rows, L->h.hq, L->dv);
-  qkv_views(L, L->buf[BUF_QKV], &q, &k, &v);
+  attn_tensor q, k, v, o = o_tensor(L, BUF_O, BUF_O16);
+  qkv_views(L, abuf(L, BUF_QKV, BUF_QKV16), L->adt, &q, &k, &v);
   if (L->grp->info.cp_size == 1)
-    return attn_fwd(L->grp->ctx, &s, &q, &k, &v, &o, L->buf[BUF_LSE]);
-  return attn_ring_fwd(L->grp, &s, L->cfg.layout, L->seq, L->seq, &q, &k, &v, &o,
-                       L->buf[BUF_LSE]);
+    ATTN_CHECK(attn_fwd(L->grp->ctx, &s, &q, &k, &v, &o, L->buf[BUF_LSE]));
+  else
+    ATTN_CHECK(attn_ring_fwd(L->grp, &s, L->cfg.layout, L->seq, L->seq, &q, &k, &v, &o,
+                             L->buf[BUF_LSE]));
+  if (L->adt == ATTN_F32) return ATTN_OK;
+  return convert(L, L->buf[BUF_O], ATTN_F32, L->buf[BUF_O16], L->adt, L->batch * L->rows,
+                 L->h.hq * L->dv);
 }
 
 /* Everything up to the partial y = O · w_o in BUF_RED. */
 static attn_status forward_local(attn_layer_t L, const float *x, const float *w_qkv,
                                  const float *w_o) {
   int64_t M = L->batch * L->rows, hqdv = L->h.hq * L->dv;
-  memcpy(L->buf[BUF_X], x, (size_t)(M * L->d) * sizeof(float));
-  memcpy(L->buf[BUF_WQKV], w_qkv, (size_t)(L->d * L->cols) * sizeof(float));
-  memcpy(L->buf[BUF_WO], w_o, (size_t)(hqdv * L->d) * sizeof(float));
+  ATTN_CHECK(ctx_copy(L, L->buf[BUF_X], x, M * L->d));
+  ATTN_CHECK(ctx_copy(L, L->buf[BUF_WQKV], w_qkv, L->d * L->cols));
+  ATTN_CHECK(ctx_copy(L, L->buf[BUF_WO], w_o, hqdv * L->d));
   ATTN_CHECK(project_qkv(L));
   ATTN_CHECK(attend(L));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)L->d, (int)hqdv, 1.0f,
-              L->buf[BUF_O], (int)hqdv, L->buf[BUF_WO], (int)L->d, 0.0f, L->buf[BUF_RED],
-              (int)L->d);
-  return ATTN_OK;
+  return gemm(L, 0, 0, M, L->d, hqdv, L->buf[BUF_O], hqdv, L->buf[BUF_WO], L->d,
+              L->buf[BUF_RED], L->d);
 }
 
 attn_status attn_layer_fwd(attn_layer_t L, int64_t batch, int64_t seq_global, const float *x,
@@ -476,11 +560,13 @@ attn_status attn_layer_fwd(attn_layer_t L, int64_t batch, int64_t seq_global, co
   attn_status mine = forward_local(L, x, w_qkv, w_o);
   if (mine != ATTN_OK) save_error(&msg);
   int64_t n = L->batch * L->rows * L->d;
-  float *red = L->buf[BUF_RED];
-  verdict_put(red + n, mine);
-  ATTN_CHECK(comm_sum(L->grp->tp, red, n + NSTATUS));
-  ATTN_CHECK(verdict_get(red + n, mine, &msg, "attn_layer_fwd", "TP"));
-  memcpy(y, red, (size_t)n * sizeof(float));
+  float *red = L->buf[BUF_RED], slots[NSTATUS];
+  attn_status put = verdict_put(ctx_of(L), red + n, mine);
+  if (mine == ATTN_OK && put != ATTN_OK) save_error(&msg), mine = put;
+  ATTN_CHECK(comm_sum(attn__group_tp_data(L->grp), red, n + NSTATUS));
+  verdict_read(ctx_of(L), red + n, slots);
+  ATTN_CHECK(verdict_get(slots, mine, &msg, "attn_layer_fwd", "TP"));
+  ATTN_CHECK(ctx_copy(L, y, red, n));
   L->have_fwd = 1;
   return ATTN_OK;
 }
@@ -501,6 +587,7 @@ static attn_status check_bwd(attn_layer_t L, const float *dy, const float *dx,
   ATTN_CHECK(reserve(L, BUF_DQKV, M * L->cols));
   ATTN_CHECK(reserve(L, BUF_PACK, pack));
   ATTN_CHECK(reserve(L, BUF_DSINKS, L->h.hq));
+  if (L->adt != ATTN_F32) ATTN_CHECK(reserve16(L, BUF_DOUT16, M * hqdv));
   return ATTN_OK;
 }
 
@@ -509,11 +596,12 @@ static attn_status attend_bwd(attn_layer_t L) {
   attn_spec s = local_spec(L);
   int64_t B = L->batch, S = L->rows, hq = L->h.hq;
   attn_tensor q, k, v, dq, dk, dv;
-  attn_tensor o = attn_tensor_f32(L->buf[BUF_O], B, S, hq, L->dv);
-  attn_tensor dout = attn_tensor_f32(L->buf[BUF_DOUT], B, S, hq, L->dv);
+  attn_tensor o = o_tensor(L, BUF_O, BUF_O16), dout = o_tensor(L, BUF_DOUT, BUF_DOUT16);
   float *dsinks = s.sinks ? L->buf[BUF_DSINKS] : NULL;
-  qkv_views(L, L->buf[BUF_QKV], &q, &k, &v);
-  qkv_views(L, L->buf[BUF_DQKV], &dq, &dk, &dv);
+  if (L->adt != ATTN_F32)
+    ATTN_CHECK(convert(L, L->buf[BUF_DOUT16], L->adt, L->buf[BUF_DOUT], ATTN_F32, B * S, hq * L->dv));
+  qkv_views(L, abuf(L, BUF_QKV, BUF_QKV16), L->adt, &q, &k, &v);
+  qkv_views(L, L->buf[BUF_DQKV], ATTN_F32, &dq, &dk, &dv);
   if (L->grp->info.cp_size == 1)
     return attn_bwd(L->grp->ctx, &s, &q, &k, &v, &o, L->buf[BUF_LSE], &dout, &dq, &dk, &dv,
                     dsinks);
@@ -523,21 +611,15 @@ static attn_status attend_bwd(attn_layer_t L) {
 
 /* Local gradients: dw_o, dw_qkv (this rank's rows only) and the dx partial in BUF_RED. */
 static attn_status backward_local(attn_layer_t L, const float *dy, float *dw_qkv, float *dw_o) {
-  int M = (int)(L->batch * L->rows), d = (int)L->d, C = (int)L->cols;
-  int hqdv = (int)(L->h.hq * L->dv);
+  const int64_t M = L->batch * L->rows, d = L->d, C = L->cols, hqdv = L->h.hq * L->dv;
   /* dO = dy · w_o^T  [M, hq*Dv];  dw_o = O^T · dy  [hq*Dv, d] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, hqdv, d, 1.0f, dy, d, L->buf[BUF_WO],
-              d, 0.0f, L->buf[BUF_DOUT], hqdv);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hqdv, d, M, 1.0f, L->buf[BUF_O], hqdv,
-              dy, d, 0.0f, dw_o, d);
+  ATTN_CHECK(gemm(L, 0, 1, M, hqdv, d, dy, d, L->buf[BUF_WO], d, L->buf[BUF_DOUT], hqdv));
+  ATTN_CHECK(gemm(L, 1, 0, hqdv, d, M, L->buf[BUF_O], hqdv, dy, d, dw_o, d));
   ATTN_CHECK(attend_bwd(L));
-  if (L->cfg.rope_theta > 0.0f) rope_qk(L, L->buf[BUF_DQKV], 1);
+  if (L->cfg.rope_theta > 0.0f) ATTN_CHECK(rope_qk(L, L->buf[BUF_DQKV], 1));
   /* dx_partial = dQKV · w_qkv^T  [M, d];  dw_qkv = x^T · dQKV  [d, cols] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, d, C, 1.0f, L->buf[BUF_DQKV], C,
-              L->buf[BUF_WQKV], C, 0.0f, L->buf[BUF_RED], d);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, C, M, 1.0f, L->buf[BUF_X], d,
-              L->buf[BUF_DQKV], C, 0.0f, dw_qkv, C);
-  return ATTN_OK;
+  ATTN_CHECK(gemm(L, 0, 1, M, d, C, L->buf[BUF_DQKV], C, L->buf[BUF_WQKV], C, L->buf[BUF_RED], d));
+  return gemm(L, 1, 0, d, C, M, L->buf[BUF_X], d, L->buf[BUF_DQKV], C, dw_qkv, C);
 }
 
 /* A replicated KV head: its dW_k | dW_v columns summed over the TP ranks sharing it, so
@@ -546,11 +628,12 @@ static attn_status backward_local(attn_layer_t L, const float *dy, float *dw_qkv
 static attn_status sum_shared_kv(attn_layer_t L, float *dw_qkv) {
   if (!L->kv) return ATTN_OK;
   int64_t c0 = L->h.hq * L->dqk, w = L->cols - c0;
-  float *pack = L->buf[BUF_PACK];
-  for (int64_t r = 0; r < L->d; r++) memcpy(pack + r * w, dw_qkv + r * L->cols + c0, w * 4);
+  float *pack = L->buf[BUF_PACK]; /* [d, w] <- columns c0.. of dw_qkv [d, cols] */
+  attn_ctx_t ctx = ctx_of(L);
+  attn__view pk = {pack, 0, w, 0}, cl = {dw_qkv + c0, 0, L->cols, 0};
+  ATTN_CHECK(ctx->ops->rows(ctx, ATTN__ROWS_COPY, pk, ATTN_F32, cl, ATTN_F32, 1, L->d, 1, w));
   ATTN_CHECK(comm_sum(L->kv, pack, L->d * w));
-  for (int64_t r = 0; r < L->d; r++) memcpy(dw_qkv + r * L->cols + c0, pack + r * w, w * 4);
-  return ATTN_OK;
+  return ctx->ops->rows(ctx, ATTN__ROWS_COPY, cl, ATTN_F32, pk, ATTN_F32, 1, L->d, 1, w);
 }
 
 /* cp > 1: each CP rank saw different rows; the weight gradients are summed over the CP
@@ -560,16 +643,17 @@ static attn_status sum_over_cp(attn_layer_t L, float *dw_qkv, float *dw_o, attn_
   saved_error msg;
   if (mine != ATTN_OK) save_error(&msg);
   int64_t nq = L->d * L->cols, no = L->h.hq * L->dv * L->d;
-  float *pack = L->buf[BUF_PACK];
-  memcpy(pack, dw_qkv, (size_t)nq * sizeof(float));
-  memcpy(pack + nq, dw_o, (size_t)no * sizeof(float));
-  verdict_put(pack + nq + no, mine);
-  attn_status st = comm_sum(L->grp->cp, pack, nq + no + NSTATUS);
+  float *pack = L->buf[BUF_PACK], slots[NSTATUS];
+  attn_status st = ctx_copy(L, pack, dw_qkv, nq);
+  if (st == ATTN_OK) st = ctx_copy(L, pack + nq, dw_o, no);
+  if (st == ATTN_OK) st = verdict_put(ctx_of(L), pack + nq + no, mine);
+  if (st != ATTN_OK && mine == ATTN_OK) save_error(&msg), mine = st;
+  st = comm_sum(attn__group_cp_data(L->grp), pack, nq + no + NSTATUS);
   if (st != ATTN_OK) return mine != ATTN_OK ? restore_error(mine, &msg) : st;
-  ATTN_CHECK(verdict_get(pack + nq + no, mine, &msg, "attn_layer_bwd", "CP"));
-  memcpy(dw_qkv, pack, (size_t)nq * sizeof(float));
-  memcpy(dw_o, pack + nq, (size_t)no * sizeof(float));
-  return ATTN_OK;
+  verdict_read(ctx_of(L), pack + nq + no, slots);
+  ATTN_CHECK(verdict_get(slots, mine, &msg, "attn_layer_bwd", "CP"));
+  ATTN_CHECK(ctx_copy(L, dw_qkv, pack, nq));
+  return ctx_copy(L, dw_o, pack + nq, no);
 }
 
 attn_status attn_layer_bwd(attn_layer_t L, const float *dy, float *dx, float *dw_qkv,
@@ -586,15 +670,20 @@ attn_status attn_layer_bwd(attn_layer_t L, const float *dy, float *dx, float *dw
   attn_status mine = backward_local(L, dy, dw_qkv, dw_o);
   if (mine != ATTN_OK) save_error(&msg);
   int64_t n = L->batch * L->rows * L->d;
-  float *red = L->buf[BUF_RED];
-  verdict_put(red + n, mine);
-  attn_status st = comm_sum(L->grp->tp, red, n + NSTATUS);
-  if (st == ATTN_OK) st = verdict_get(red + n, mine, &msg, "attn_layer_bwd", "TP");
-  else if (mine != ATTN_OK) st = restore_error(mine, &msg);
+  float *red = L->buf[BUF_RED], slots[NSTATUS];
+  attn_status put = verdict_put(ctx_of(L), red + n, mine);
+  if (mine == ATTN_OK && put != ATTN_OK) save_error(&msg), mine = put;
+  attn_status st = comm_sum(attn__group_tp_data(L->grp), red, n + NSTATUS);
+  if (st == ATTN_OK) {
+    verdict_read(ctx_of(L), red + n, slots);
+    st = verdict_get(slots, mine, &msg, "attn_layer_bwd", "TP");
+  } else if (mine != ATTN_OK) {
+    st = restore_error(mine, &msg);
+  }
   if (st == ATTN_OK) st = sum_shared_kv(L, dw_qkv);
   if (L->grp->info.cp_size > 1) st = sum_over_cp(L, dw_qkv, dw_o, st);
   if (st != ATTN_OK) return st;
-  memcpy(dx, red, (size_t)n * sizeof(float));
+  ATTN_CHECK(ctx_copy(L, dx, red, n));
   L->have_bwd = 1;
   return ATTN_OK;
 }
@@ -606,6 +695,5 @@ attn_status attn_layer_get_dsinks(attn_layer_t L, float *dsinks) {
     return attn__fail(ATTN_ERR_INVALID_ARG, "the layer has no sinks (cfg.spec.sinks is NULL)");
   if (!L->have_bwd)
     return attn__fail(ATTN_ERR_INVALID_ARG, "attn_layer_get_dsinks needs a successful attn_layer_bwd first");
-  memcpy(dsinks, L->buf[BUF_DSINKS], (size_t)L->h.hq * sizeof(float));
-  return ATTN_OK;
+  return ctx_copy(L, dsinks, L->buf[BUF_DSINKS], L->h.hq);
 }

@@ -20,24 +20,26 @@
 
 typedef struct {
   ring_plan pl;
-  attn_state st;
-  float *sbuf, *cur, *rbuf; /* packed blocks: outgoing, in hand, incoming */
+  attn_state st;            /* float32, context memory */
+  void *sbuf, *cur, *rbuf;  /* packed K/V blocks in the input dtype: outgoing, in hand, incoming */
   ring_rows *out, *in;      /* [P]: rows sent / received at step s */
   attn_stats stats;         /* summed over the block calls */
 } fwd_run;
 
 static void fwd_free(fwd_run *run) {
-  free(run->st.m);
-  free(run->st.l);
-  free(run->st.acc);
-  free(run->sbuf);
-  free(run->cur);
-  free(run->rbuf);
+  attn_ctx_t ctx = run->pl.ctx;
+  if (ctx) {
+    attn__ring_free(ctx, run->st.m);
+    attn__ring_free(ctx, run->st.l);
+    attn__ring_free(ctx, run->st.acc);
+    attn__ring_free(ctx, run->sbuf);
+    attn__ring_free(ctx, run->cur);
+    attn__ring_free(ctx, run->rbuf);
+  }
   free(run->out);
   free(run->in);
   attn__ring_plan_free(&run->pl);
 }
-
 
 /* The schedule of this rank, the buffers sized for its largest message each way (shards of
  * uneven length differ by a row), and the state. */
@@ -52,21 +54,25 @@ static attn_status fwd_alloc(fwd_run *run) {
   for (int s = 0; s + 1 < P; s++) {
     attn__ring_need_hull(pl, ring_mod(r - s, P), s + 1, P - 1, &run->out[s]);
     attn__ring_need_hull(pl, ring_mod(r - 1 - s, P), s + 1, P - 1, &run->in[s]);
-    int64_t sb = attn__ring_kv_bytes(pl, &run->out[s]), rb = attn__ring_kv_bytes(pl, &run->in[s]);
+    int64_t sb = attn__ring_kv_bytes(pl, &run->out[s], pl->dt);
+    int64_t rb = attn__ring_kv_bytes(pl, &run->in[s], pl->dt);
     smax = sb > smax ? sb : smax;
     rmax = rb > rmax ? rb : rmax;
   }
   const int64_t rows = pl->qsh[r].rows, n = pl->B * pl->Hq * rows;
-  run->st = (attn_state){attn__ring_alloc(n * 4), attn__ring_alloc(n * 4), attn__ring_alloc(n * pl->Dv * 4),
-                         pl->B, pl->Hq, rows, pl->Dv};
-  run->sbuf = attn__ring_alloc(smax);
-  run->cur = attn__ring_alloc(rmax);
-  run->rbuf = attn__ring_alloc(rmax);
-  if (!run->st.m || !run->st.l || !run->st.acc || !run->sbuf || !run->cur || !run->rbuf)
-    return attn__fail(ATTN_ERR_OUT_OF_MEMORY,
-                      "ring: state (%lld rows) and K/V buffers (%lld + 2 x %lld bytes) "
-                      "allocation failed",
-                      (long long)n, (long long)smax, (long long)rmax);
+  run->st = (attn_state){NULL, NULL, NULL, pl->B, pl->Hq, rows, pl->Dv};
+  void *m = NULL, *l = NULL, *acc = NULL;
+  attn_status st = attn__ring_alloc(pl->ctx, n * 4, &m);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, n * 4, &l);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, n * pl->Dv * 4, &acc);
+  run->st.m = m, run->st.l = l, run->st.acc = acc;
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, smax, &run->sbuf);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->cur);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->rbuf);
+  if (st != ATTN_OK)
+    return attn__fail(st,
+                      "ring: state (%lld rows) and K/V buffers (%lld + 2 x %lld bytes): %s",
+                      (long long)n, (long long)smax, (long long)rmax, attn_last_error());
   return attn_state_init(pl->ctx, &run->st);
 }
 
@@ -116,29 +122,34 @@ static attn_status fwd_steps(fwd_run *run, attn_group_t grp, const attn_tensor *
                              const attn_tensor *k, const attn_tensor *v, attn_status *work) {
   const ring_plan *pl = &run->pl;
   const int P = pl->P, r = pl->r, to = ring_mod(r + 1, P), from = ring_mod(r - 1, P);
-  attn__comm *c = pl->comm;
+  attn__comm *c = pl->data;
   ring_kv cur;
   attn__ring_kv_local(pl, k, v, &cur);
   for (int s = 0; s < P; s++) {
     attn__fault_point("ring", s);
-    const int64_t sb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->out[s]) : 0;
-    const int64_t rb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->in[s]) : 0;
+    const int64_t sb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->out[s], pl->dt) : 0;
+    const int64_t rb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->in[s], pl->dt) : 0;
     attn__comm_req *req = NULL;
     const double t0 = attn__ring_now();
     if (sb || rb) {
-      if (sb) attn__ring_kv_pack(pl, &cur, &run->out[s], run->sbuf);
+      /* The pack is queued on the context's stream; the transport orders its send after
+       * it (NCCL: an event on our stream; staged: a stream sync before the host copy). */
+      if (sb) ATTN_CHECK(attn__ring_kv_pack(pl, &cur, &run->out[s], run->sbuf));
       ATTN_CHECK(c->ops->exchange_start(c, run->sbuf, sb, sb ? to : -1, run->rbuf, rb,
                                         rb ? from : -1, &req));
     }
     int computed = 0;
     if (*work == ATTN_OK) *work = fold_block(run, q, &cur, ring_mod(r - s, P), &computed);
+    /* Device kernels are asynchronous: wait for them here so that compute_s is the block's
+     * compute and wait_s only the exchange it did not hide (a no-op on the cpu backend). */
+    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
     const double t1 = attn__ring_now();
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
     grp->steps[s] = (attn_ring_step){t1 - t0, attn__ring_now() - t1, sb, computed};
-    float *x = run->cur;
+    void *x = run->cur;
     run->cur = run->rbuf;
     run->rbuf = x;
-    if (s + 1 < P) attn__ring_kv_packed(pl, rb ? run->cur : NULL, &run->in[s], &cur);
+    if (s + 1 < P) attn__ring_kv_packed(pl, rb ? run->cur : NULL, pl->dt, &run->in[s], &cur);
     grp->nsteps = s + 1;
   }
   return ATTN_OK;

@@ -23,7 +23,9 @@ typedef enum { RING_FWD = 0, RING_BWD = 1 } ring_op;
 /* A validated ring call. */
 typedef struct {
   attn_ctx_t ctx;
-  attn__comm *comm; /* the CP communicator */
+  attn__comm *comm; /* the CP communicator over MPI: agreement and verdicts (host data) */
+  attn__comm *data; /* the CP communicator for the context's memory: exchanges, dsinks */
+  attn_dtype dt;    /* of q, k, v: the K/V that travel; dK/dV accumulators are float32 */
   const attn_spec *spec; /* the caller's (handed to the block API as is) */
   int P, r;
   int64_t seq_q, seq_kv;
@@ -32,7 +34,8 @@ typedef struct {
   int64_t wl, wr;
   attn_cp_shard *qsh, *ksh; /* [P]: query and K/V shards of every cp rank */
   int32_t nseq;             /* varlen sequences (0: one sequence of seq_q x seq_kv) */
-  const int32_t *cq, *ck;   /* [nseq + 1] */
+  const int32_t *cq, *ck;   /* [nseq + 1] host memory (host copies on a device context) */
+  int32_t *cu_host;         /* [2 * (nseq + 1)] those copies, or NULL */
 } ring_plan;
 
 /* Validates the spec, q, k, v, the layout and every rank's shard sizes, and fills pl.
@@ -42,8 +45,10 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
                                  const attn_tensor *q, const attn_tensor *k,
                                  const attn_tensor *v);
 void attn__ring_plan_free(ring_plan *pl);
-/* malloc of at least one byte, so a zero-sized buffer of an idle rank is still a pointer. */
-void *attn__ring_alloc(int64_t bytes);
+/* Context memory (attn_ctx_alloc) of at least 256 bytes, so a zero-sized buffer of an idle
+ * rank is still a pointer; *out = NULL on failure. */
+attn_status attn__ring_alloc(attn_ctx_t ctx, int64_t bytes, void **out);
+void attn__ring_free(attn_ctx_t ctx, void *p); /* accepts NULL */
 
 /* Pre-flight over the CP group, before any exchange: every rank contributes the problem's
  * fingerprint and whether its own checks (local) passed. Returns ATTN_OK only when every
@@ -81,37 +86,42 @@ void attn__ring_need_hull(const ring_plan *pl, int y, int t0, int t1, ring_rows 
 void attn__ring_shard_rows(const ring_plan *pl, int y, ring_rows *out);
 
 /* ---- K/V block views -------------------------------------------------------------- */
-/* Element (b, row, h, d) of K at k[b*ksb + row*kss + h*ksh + d] (V likewise). The same
- * view holds dK/dV accumulators in the backward. */
+/* Element (b, row, h, d) of K at element k[b*ksb + row*kss + h*ksh + d] of dtype dt (V
+ * likewise), in the context's memory. The same view holds float32 dK/dV accumulators in
+ * the backward. */
 typedef struct {
-  float *k, *v;
+  char *k, *v;
+  attn_dtype dt;
   int64_t ksb, kss, ksh, vsb, vss, vsh;
   ring_rows rows;  /* global rows present, per run */
   int64_t row0[2]; /* view row holding rows.run[j].lo */
 } ring_kv;
 
-/* Bytes of a packed block holding rows: K [B, n, Hkv, Dqk] then V [B, n, Hkv, Dv]. */
-int64_t attn__ring_kv_bytes(const ring_plan *pl, const ring_rows *rows);
-/* A view of a packed buffer holding rows (run 0's rows first). */
-void attn__ring_kv_packed(const ring_plan *pl, float *buf, const ring_rows *rows, ring_kv *out);
+/* Bytes of a packed block of dtype dt holding rows: K [B, n, Hkv, Dqk] then V [B, n, Hkv,
+ * Dv]. */
+int64_t attn__ring_kv_bytes(const ring_plan *pl, const ring_rows *rows, attn_dtype dt);
+/* A view of a packed buffer of dtype dt holding rows (run 0's rows first). */
+void attn__ring_kv_packed(const ring_plan *pl, void *buf, attn_dtype dt, const ring_rows *rows,
+                          ring_kv *out);
 /* A view of this rank's own K/V shard (or dK/dV outputs) as the caller laid it out. */
 void attn__ring_kv_local(const ring_plan *pl, const attn_tensor *k, const attn_tensor *v,
                          ring_kv *out);
 /* A [B, rows, Hkv, D] tensor of K (which = 0) or V (1) over rows sp of run j. */
 attn_tensor attn__ring_kv_tensor(const ring_plan *pl, const ring_kv *kv, int which, int j,
                                  ring_span sp);
-/* Copies rows (a subset of src's) into dst, packed. */
-void attn__ring_kv_pack(const ring_plan *pl, const ring_kv *src, const ring_rows *rows,
-                        float *dst);
-/* dst += src over src's rows (a subset of dst's). */
-void attn__ring_kv_add(const ring_plan *pl, const ring_kv *dst, const ring_kv *src);
+/* The data moves below run on the context's backend (its stream, on CUDA). */
+/* Copies rows (a subset of src's) into dst, packed in src's dtype. */
+attn_status attn__ring_kv_pack(const ring_plan *pl, const ring_kv *src, const ring_rows *rows,
+                               void *dst);
+/* dst += src over src's rows (a subset of dst's); both float32. */
+attn_status attn__ring_kv_add(const ring_plan *pl, const ring_kv *dst, const ring_kv *src);
 /* Zeroes every present row of kv. */
-void attn__ring_kv_zero(const ring_plan *pl, const ring_kv *kv);
+attn_status attn__ring_kv_zero(const ring_plan *pl, const ring_kv *kv);
 
 /* Rows [s0, s0 + n) of a [B, S, H, D] tensor. */
 attn_tensor attn__ring_rows_of(const attn_tensor *t, int64_t s0, int64_t n);
-/* Zeroes a [B, S, H, D] float32 tensor through its strides. */
-void attn__ring_zero_tensor(const attn_tensor *t);
+/* Zeroes a [B, S, H, D] tensor through its strides, on the context's backend. */
+attn_status attn__ring_zero_tensor(attn_ctx_t ctx, const attn_tensor *t);
 /* Offset of run j within the local rows of shard sh. */
 static inline int64_t ring_run_off(const attn_cp_shard *sh, int j) { return j ? sh->len[0] : 0; }
 double attn__ring_now(void);

@@ -22,9 +22,9 @@
 
 typedef struct {
   ring_plan pl;
-  float *delta;                 /* [B, Hq, Sq_loc] rowsum(dO * O) */
-  float *sbuf, *cur, *rbuf;     /* messages: [K/V part | dK/dV part] */
-  float *acc;                   /* packed dK/dV of the block being computed */
+  float *delta;                 /* [B, Hq, Sq_loc] rowsum(dO * O), context memory */
+  void *sbuf, *cur, *rbuf;      /* messages: [K/V part (input dtype) | dK/dV part (float32)] */
+  void *acc;                    /* packed float32 dK/dV of the block being computed */
   ring_rows *kv_out, *kv_in;    /* [P] K/V rows sent / received at step s */
   ring_rows *g_out, *g_in;      /* [P+1] dK/dV rows sent / received; s = P: the hop home */
   ring_rows *g_acc;             /* [P] accumulator rows of the block computed at step s */
@@ -32,11 +32,14 @@ typedef struct {
 } bwd_run;
 
 static void bwd_free(bwd_run *run) {
-  free(run->delta);
-  free(run->sbuf);
-  free(run->cur);
-  free(run->rbuf);
-  free(run->acc);
+  attn_ctx_t ctx = run->pl.ctx;
+  if (ctx) {
+    attn__ring_free(ctx, run->delta);
+    attn__ring_free(ctx, run->sbuf);
+    attn__ring_free(ctx, run->cur);
+    attn__ring_free(ctx, run->rbuf);
+    attn__ring_free(ctx, run->acc);
+  }
   free(run->kv_out);
   free(run->kv_in);
   free(run->g_out);
@@ -50,10 +53,10 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* Bytes of the two parts of the message of step s, sent (out) or received (in). */
 static int64_t kv_part(const bwd_run *run, int s, int out) {
   if (s + 1 >= run->pl.P) return 0;
-  return attn__ring_kv_bytes(&run->pl, out ? &run->kv_out[s] : &run->kv_in[s]);
+  return attn__ring_kv_bytes(&run->pl, out ? &run->kv_out[s] : &run->kv_in[s], run->pl.dt);
 }
 static int64_t g_part(const bwd_run *run, int s, int out) {
-  return attn__ring_kv_bytes(&run->pl, out ? &run->g_out[s] : &run->g_in[s]);
+  return attn__ring_kv_bytes(&run->pl, out ? &run->g_out[s] : &run->g_in[s], ATTN_F32);
 }
 
 static attn_status bwd_alloc(bwd_run *run) {
@@ -79,18 +82,19 @@ static attn_status bwd_alloc(bwd_run *run) {
   for (int s = 0; s <= P; s++) {
     smax = max64(smax, kv_part(run, s, 1) + g_part(run, s, 1));
     rmax = max64(rmax, kv_part(run, s, 0) + g_part(run, s, 0));
-    if (s < P) amax = max64(amax, attn__ring_kv_bytes(pl, &run->g_acc[s]));
+    if (s < P) amax = max64(amax, attn__ring_kv_bytes(pl, &run->g_acc[s], ATTN_F32));
   }
   const int64_t n = pl->B * pl->Hq * pl->qsh[r].rows;
-  run->delta = attn__ring_alloc(n * 4);
-  run->sbuf = attn__ring_alloc(smax);
-  run->cur = attn__ring_alloc(rmax);
-  run->rbuf = attn__ring_alloc(rmax);
-  run->acc = attn__ring_alloc(amax);
-  if (!run->delta || !run->sbuf || !run->cur || !run->rbuf || !run->acc)
-    return attn__fail(ATTN_ERR_OUT_OF_MEMORY,
-                      "ring: backward buffers (%lld + 2 x %lld + %lld bytes) allocation failed",
-                      (long long)smax, (long long)rmax, (long long)amax);
+  void *delta = NULL;
+  attn_status st = attn__ring_alloc(pl->ctx, n * 4, &delta);
+  run->delta = delta;
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, smax, &run->sbuf);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->cur);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->rbuf);
+  if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, amax, &run->acc);
+  if (st != ATTN_OK)
+    return attn__fail(st, "ring: backward buffers (%lld + 2 x %lld + %lld bytes): %s",
+                      (long long)smax, (long long)rmax, (long long)amax, attn_last_error());
   return ATTN_OK;
 }
 
@@ -151,10 +155,12 @@ static attn_status post(bwd_run *run, const ring_kv *kv, const ring_rows *kv_row
   const ring_plan *pl = &run->pl;
   *req = NULL;
   if (!skv && !sg && !rbytes) return ATTN_OK;
-  if (skv) attn__ring_kv_pack(pl, kv, kv_rows, run->sbuf);
-  if (sg) memcpy((char *)run->sbuf + skv, run->acc, (size_t)sg);
+  if (skv) ATTN_CHECK(attn__ring_kv_pack(pl, kv, kv_rows, run->sbuf));
+  if (sg)
+    ATTN_CHECK(pl->ctx->ops->mem_copy(pl->ctx, (char *)run->sbuf + skv, run->acc, (size_t)sg,
+                                      ATTN_COPY_CTX_TO_CTX));
   const int64_t sb = skv + sg;
-  return pl->comm->ops->exchange_start(pl->comm, run->sbuf, sb, sb ? ring_mod(pl->r + 1, pl->P) : -1,
+  return pl->data->ops->exchange_start(pl->data, run->sbuf, sb, sb ? ring_mod(pl->r + 1, pl->P) : -1,
                                        run->rbuf, rbytes, rbytes ? ring_mod(pl->r - 1, pl->P) : -1,
                                        req);
 }
@@ -166,7 +172,7 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
                              attn_tensor *dv, attn_status *work) {
   const ring_plan *pl = &run->pl;
   const int P = pl->P, r = pl->r;
-  attn__comm *c = pl->comm;
+  attn__comm *c = pl->data;
   ring_kv cur, home, acc, part;
   memset(&acc, 0, sizeof acc);
   attn__ring_kv_local(pl, k, v, &cur);
@@ -180,23 +186,26 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
     ATTN_CHECK(post(run, &cur, &run->kv_out[s], skv, sg, rkv + rg, &req));
     int computed = 0;
     if (s > 0) {
-      attn__ring_kv_packed(pl, run->acc, &run->g_acc[s], &acc);
-      attn__ring_kv_zero(pl, &acc);
+      attn__ring_kv_packed(pl, run->acc, ATTN_F32, &run->g_acc[s], &acc);
+      if (*work == ATTN_OK) *work = attn__ring_kv_zero(pl, &acc);
     }
     if (*work == ATTN_OK)
       *work = grad_block(run, io, &cur, s ? &acc : &home, ring_mod(r - s, P), &computed);
+    /* As in the forward: the device's compute counts as compute, not as waiting. */
+    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
     const double t1 = attn__ring_now();
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
     const double t2 = attn__ring_now();
-    if (rg) {
-      attn__ring_kv_packed(pl, (float *)((char *)run->rbuf + rkv), &run->g_in[s], &part);
-      attn__ring_kv_add(pl, &acc, &part);
+    if (rg && *work == ATTN_OK) {
+      attn__ring_kv_packed(pl, (char *)run->rbuf + rkv, ATTN_F32, &run->g_in[s], &part);
+      *work = attn__ring_kv_add(pl, &acc, &part);
+      if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
     }
     grp->steps[s] = (attn_ring_step){t1 - t0 + (attn__ring_now() - t2), t2 - t1, skv + sg, computed};
-    float *x = run->cur;
+    void *x = run->cur;
     run->cur = run->rbuf;
     run->rbuf = x;
-    if (s + 1 < P) attn__ring_kv_packed(pl, rkv ? run->cur : NULL, &run->kv_in[s], &cur);
+    if (s + 1 < P) attn__ring_kv_packed(pl, rkv ? run->cur : NULL, pl->dt, &run->kv_in[s], &cur);
     grp->nsteps = s + 1;
   }
   /* The hop home: block r+1's accumulator to its owner, ours from r-1. */
@@ -206,8 +215,9 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
   if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
   const double t1 = attn__ring_now();
   if (rg && *work == ATTN_OK) {
-    attn__ring_kv_packed(pl, run->rbuf, &run->g_in[P], &part);
-    attn__ring_kv_add(pl, &home, &part);
+    attn__ring_kv_packed(pl, run->rbuf, ATTN_F32, &run->g_in[P], &part);
+    *work = attn__ring_kv_add(pl, &home, &part);
+    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
   }
   grp->steps[P - 1].wait_s += t1 - t0;
   grp->steps[P - 1].bytes += sg;
@@ -255,11 +265,15 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   attn_spec s;
   attn__copy_spec(spec, &s);
   float *ds = s.sinks ? dsinks : NULL;
-  if (ds) memset(ds, 0, (size_t)pl->Hq * sizeof(float));
-  attn__ring_zero_tensor(dq);
-  attn__ring_zero_tensor(dk);
-  attn__ring_zero_tensor(dv);
-  attn_status work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
+  attn_status work = ATTN_OK;
+  if (ds) {
+    attn_tensor dst = attn_tensor_contig(ds, ATTN_F32, pl->ctx->ops->device, 1, 1, 1, pl->Hq);
+    work = attn__ring_zero_tensor(pl->ctx, &dst);
+  }
+  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dq);
+  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dk);
+  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dv);
+  if (work == ATTN_OK) work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
   bwd_io io = {q, dout, lse, dq};
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
   if (st == ATTN_OK) {

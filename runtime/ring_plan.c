@@ -40,6 +40,29 @@ static attn_status make_shards(const char *what, attn_cp_layout layout, int P, i
   return ATTN_OK;
 }
 
+/* The schedule reads cu_seqlens on the host: on a device context, host copies, checked
+ * as validate.c checks host ones (the kernels bound their own indices). */
+static attn_status host_cu_seqlens(ring_plan *pl) {
+  const size_t n = (size_t)pl->nseq + 1;
+  pl->cu_host = malloc(2 * n * sizeof(int32_t));
+  if (!pl->cu_host) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "ring: cu_seqlens host copy");
+  ATTN_CHECK(pl->ctx->ops->mem_copy(pl->ctx, pl->cu_host, pl->cq, n * 4, ATTN_COPY_CTX_TO_HOST));
+  ATTN_CHECK(pl->ctx->ops->mem_copy(pl->ctx, pl->cu_host + n, pl->ck, n * 4, ATTN_COPY_CTX_TO_HOST));
+  pl->cq = pl->cu_host;
+  pl->ck = pl->cu_host + n;
+  int ok = pl->cq[0] == 0 && pl->ck[0] == 0 && pl->cq[pl->nseq] == pl->seq_q &&
+           pl->ck[pl->nseq] == pl->seq_kv;
+  for (int32_t i = 0; ok && i < pl->nseq; i++)
+    ok = pl->cq[i + 1] >= pl->cq[i] && pl->ck[i + 1] >= pl->ck[i];
+  if (!ok)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "cu_seqlens_q/kv (device) must start at 0, be non-decreasing and end at "
+                      "seq_q=%lld / seq_kv=%lld (they end at %d / %d)",
+                      (long long)pl->seq_q, (long long)pl->seq_kv, pl->cq[pl->nseq],
+                      pl->ck[pl->nseq]);
+  return ATTN_OK;
+}
+
 attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spec *spec,
                                  attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
                                  const attn_tensor *q, const attn_tensor *k,
@@ -47,16 +70,12 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
   memset(pl, 0, sizeof *pl);
   pl->ctx = grp->ctx;
   pl->comm = grp->cp;
+  pl->data = attn__group_cp_data(grp);
   pl->spec = spec;
   pl->P = grp->cp->size;
   pl->r = grp->cp->rank;
   pl->seq_q = seq_q;
   pl->seq_kv = seq_kv;
-  if (pl->ctx->ops->device != ATTN_DEVICE_HOST)
-    return attn__fail(ATTN_ERR_UNSUPPORTED,
-                      "ring attention on the %s backend is not implemented yet (it moves host "
-                      "buffers); use a cpu context",
-                      pl->ctx->ops->name);
   if (layout != ATTN_LAYOUT_CONTIGUOUS && layout != ATTN_LAYOUT_ZIGZAG)
     return attn__fail(ATTN_ERR_INVALID_ARG, "layout=%d is not a layout (0 contiguous, 1 zigzag)",
                       (int)layout);
@@ -88,25 +107,40 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
   pl->causal = pb.causal;
   pl->wl = pb.window_left;
   pl->wr = pb.window_right;
+  pl->dt = pb.dtype;
   pl->nseq = pb.num_seqs;
   pl->cq = pb.cu_q;
   pl->ck = pb.cu_kv;
-  return ATTN_OK;
+  return pl->nseq && pl->ctx->ops->device != ATTN_DEVICE_HOST ? host_cu_seqlens(pl) : ATTN_OK;
 }
 
 void attn__ring_plan_free(ring_plan *pl) {
   free(pl->qsh);
   free(pl->ksh);
+  free(pl->cu_host);
   pl->qsh = pl->ksh = NULL;
+  pl->cu_host = NULL;
 }
 
 /* ---- agreement ------------------------------------------------------------------------- */
 
-static int64_t hash_bytes(const void *p, size_t n, int64_t h) {
+static int64_t hash_host(const void *p, size_t n, int64_t h) {
   const unsigned char *c = p;
   uint64_t x = (uint64_t)h ^ 0xcbf29ce484222325ull;
   for (size_t i = 0; i < n; i++) x = (x ^ c[i]) * 0x100000001b3ull;
   return (int64_t)(x >> 1);
+}
+
+/* The hash of n bytes of the context's memory (spec arrays live there); -1 when they
+ * cannot be read, which then differs from every rank that could. */
+static int64_t hash_bytes(attn_ctx_t ctx, const void *p, size_t n, int64_t h) {
+  if (ctx->ops->device == ATTN_DEVICE_HOST) return hash_host(p, n, h);
+  void *c = malloc(n ? n : 1);
+  int64_t out = -1;
+  if (c && ctx->ops->mem_copy(ctx, c, p, n, ATTN_COPY_CTX_TO_HOST) == ATTN_OK)
+    out = hash_host(c, n, h);
+  free(c);
+  return out;
 }
 
 static int64_t float_bits(float f) {
@@ -117,7 +151,7 @@ static int64_t float_bits(float f) {
 
 /* What every rank of the CP group must agree on: shapes, flags, the contents of the
  * arrays that steer the schedule (cu_seqlens, block mask) and of sinks / ALiBi. */
-static void fingerprint(attn__fingerprint *fp, ring_op op, const attn_spec *spec,
+static void fingerprint(attn_ctx_t ctx, attn__fingerprint *fp, ring_op op, const attn_spec *spec,
                         attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
                         const attn_tensor *q, int local_ok) {
   attn_spec s;
@@ -143,14 +177,14 @@ static void fingerprint(attn__fingerprint *fp, ring_op op, const attn_spec *spec
                                            ? s.scale
                                            : 1.0f / sqrtf((float)s.head_dim_qk)));
   attn__fp_add(fp, "softcap", float_bits(s.softcap));
-  attn__fp_add(fp, "sinks(hash)", s.sinks ? hash_bytes(s.sinks, (size_t)hq * 4, 1) : 0);
+  attn__fp_add(fp, "sinks(hash)", s.sinks ? hash_bytes(ctx, s.sinks, (size_t)hq * 4, 1) : 0);
   attn__fp_add(fp, "alibi_slopes(hash)",
-               s.alibi_slopes ? hash_bytes(s.alibi_slopes, (size_t)hq * 4, 2) : 0);
+               s.alibi_slopes ? hash_bytes(ctx, s.alibi_slopes, (size_t)hq * 4, 2) : 0);
   attn__fp_add(fp, "num_seqs", s.num_seqs);
   int64_t cu = 0;
   if (s.num_seqs > 0 && s.cu_seqlens_q && s.cu_seqlens_kv) {
-    cu = hash_bytes(s.cu_seqlens_q, (size_t)(s.num_seqs + 1) * 4, 3);
-    cu = hash_bytes(s.cu_seqlens_kv, (size_t)(s.num_seqs + 1) * 4, cu);
+    cu = hash_bytes(ctx, s.cu_seqlens_q, (size_t)(s.num_seqs + 1) * 4, 3);
+    cu = hash_bytes(ctx, s.cu_seqlens_kv, (size_t)(s.num_seqs + 1) * 4, cu);
   }
   attn__fp_add(fp, "cu_seqlens(hash)", cu);
   const attn_block_mask *bm = s.block_mask;
@@ -162,7 +196,7 @@ static void fingerprint(attn__fingerprint *fp, ring_op op, const attn_spec *spec
   attn__fp_add(fp, "block_mask.num_q_blocks", bm ? bm->num_q_blocks : 0);
   attn__fp_add(fp, "block_mask.num_k_blocks", bm ? bm->num_k_blocks : 0);
   attn__fp_add(fp, "block_mask.mask(hash)",
-               bm_ok ? hash_bytes(bm->mask, (size_t)(bm->num_q_blocks * bm->num_k_blocks), 4) : 0);
+               bm_ok ? hash_bytes(ctx, bm->mask, (size_t)(bm->num_q_blocks * bm->num_k_blocks), 4) : 0);
   attn__fp_add(fp, "arguments_valid_on_rank", local_ok);
 }
 
@@ -172,7 +206,7 @@ attn_status attn__ring_agree(attn_group_t grp, ring_op op, const attn_spec *spec
   char mine[1024] = "";
   if (local != ATTN_OK) snprintf(mine, sizeof mine, "%s", attn_last_error());
   attn__fingerprint fp;
-  fingerprint(&fp, op, spec, layout, seq_q, seq_kv, q, local == ATTN_OK);
+  fingerprint(grp->ctx, &fp, op, spec, layout, seq_q, seq_kv, q, local == ATTN_OK);
   attn_status st = attn__comm_agree(grp->cp, &fp);
   if (st == ATTN_OK)
     return local == ATTN_OK ? ATTN_OK : attn__fail(local, "%s", mine);
@@ -195,7 +229,7 @@ attn_status attn__ring_finish(const ring_plan *pl, attn_status local, float *ext
                       "name the cause",
                       (double)failed);
   /* Every rank knows the verdict, so all take this second collective or none does. */
-  return n ? pl->comm->ops->allreduce_sum(pl->comm, extra, n, ATTN_COMM_F32) : ATTN_OK;
+  return n ? pl->data->ops->allreduce_sum(pl->data, extra, n, ATTN_COMM_F32) : ATTN_OK;
 }
 
 void attn__ring_log(attn_group_t grp, const char *what) {
@@ -337,15 +371,18 @@ void attn__ring_shard_rows(const ring_plan *pl, int y, ring_rows *out) {
 
 /* ---- K/V block views ------------------------------------------------------------------- */
 
-int64_t attn__ring_kv_bytes(const ring_plan *pl, const ring_rows *rows) {
+int64_t attn__ring_kv_bytes(const ring_plan *pl, const ring_rows *rows, attn_dtype dt) {
   return attn__ring_rows_count(rows) * pl->B * pl->Hkv * (pl->Dqk + pl->Dv) *
-         (int64_t)sizeof(float);
+         (int64_t)attn_dtype_size(dt);
 }
 
-void attn__ring_kv_packed(const ring_plan *pl, float *buf, const ring_rows *rows, ring_kv *out) {
+void attn__ring_kv_packed(const ring_plan *pl, void *buf, attn_dtype dt, const ring_rows *rows,
+                          ring_kv *out) {
   int64_t n = attn__ring_rows_count(rows), ek = pl->Hkv * pl->Dqk, ev = pl->Hkv * pl->Dv;
-  out->k = buf;                     /* [B, n, Hkv, Dqk] */
-  out->v = buf ? buf + pl->B * n * ek : NULL; /* [B, n, Hkv, Dv] */
+  const int64_t es = (int64_t)attn_dtype_size(dt);
+  out->k = buf;                                        /* [B, n, Hkv, Dqk] */
+  out->v = buf ? (char *)buf + pl->B * n * ek * es : NULL; /* [B, n, Hkv, Dv] */
+  out->dt = dt;
   out->ksb = n * ek;
   out->kss = ek;
   out->ksh = pl->Dqk;
@@ -362,6 +399,7 @@ void attn__ring_kv_local(const ring_plan *pl, const attn_tensor *k, const attn_t
   const attn_cp_shard *sh = &pl->ksh[pl->r];
   out->k = k->data;
   out->v = v->data;
+  out->dt = k->dtype;
   out->ksb = k->stride[0];
   out->kss = k->stride[1];
   out->ksh = k->stride[2];
@@ -377,11 +415,12 @@ void attn__ring_kv_local(const ring_plan *pl, const attn_tensor *k, const attn_t
 attn_tensor attn__ring_kv_tensor(const ring_plan *pl, const ring_kv *kv, int which, int j,
                                  ring_span sp) {
   int64_t row = kv->row0[j] + (sp.lo - kv->rows.run[j].lo);
+  const int64_t es = (int64_t)attn_dtype_size(kv->dt);
   attn_tensor t = {0};
-  t.dtype = ATTN_F32;
-  t.device = ATTN_DEVICE_HOST;
+  t.dtype = kv->dt;
+  t.device = pl->ctx->ops->device;
   int64_t D = which ? pl->Dv : pl->Dqk;
-  t.data = which ? kv->v + row * kv->vss : kv->k + row * kv->kss;
+  t.data = which ? kv->v + row * kv->vss * es : kv->k + row * kv->kss * es;
   int64_t shape[4] = {pl->B, ring_span_len(sp), pl->Hkv, D};
   int64_t stride[4] = {which ? kv->vsb : kv->ksb, which ? kv->vss : kv->kss,
                        which ? kv->vsh : kv->ksh, 1};
@@ -390,69 +429,65 @@ attn_tensor attn__ring_kv_tensor(const ring_plan *pl, const ring_kv *kv, int whi
   return t;
 }
 
-/* Calls fn(dst_row, src_row, floats) for every (b, row, h) of rows in both views, K then V. */
-typedef void (*row_fn)(float *dst, const float *src, int64_t n);
-
-static void for_rows(const ring_plan *pl, const ring_kv *dst, const ring_kv *src,
-                     const ring_rows *rows, row_fn fn) {
+/* One backend rows op per (K or V, run) over rows present in both views: K then V. */
+static attn_status for_rows(const ring_plan *pl, const ring_kv *dst, const ring_kv *src,
+                            const ring_rows *rows, attn__rows_op op) {
+  const int64_t des = (int64_t)attn_dtype_size(dst->dt), ses = (int64_t)attn_dtype_size(src->dt);
   for (int which = 0; which < 2; which++) {
     const int64_t D = which ? pl->Dv : pl->Dqk;
-    float *dp = which ? dst->v : dst->k;
-    const float *sp = which ? src->v : src->k;
-    const int64_t dsb = which ? dst->vsb : dst->ksb, dss = which ? dst->vss : dst->kss,
-                  dsh = which ? dst->vsh : dst->ksh, ssb = which ? src->vsb : src->ksb,
-                  sss = which ? src->vss : src->kss, ssh = which ? src->vsh : src->ksh;
+    char *dp = which ? dst->v : dst->k;
+    const char *sp = which ? src->v : src->k;
+    attn__view dv = {NULL, which ? dst->vsb : dst->ksb, which ? dst->vss : dst->kss,
+                     which ? dst->vsh : dst->ksh};
+    attn__view sv = {NULL, which ? src->vsb : src->ksb, which ? src->vss : src->kss,
+                     which ? src->vsh : src->ksh};
     for (int j = 0; j < 2; j++) {
       const ring_span sp_j = rows->run[j];
       if (!ring_span_len(sp_j)) continue;
       const int64_t d0 = dst->row0[j] + sp_j.lo - dst->rows.run[j].lo;
       const int64_t s0 = src->row0[j] + sp_j.lo - src->rows.run[j].lo;
-      for (int64_t b = 0; b < pl->B; b++)
-        for (int64_t i = 0; i < ring_span_len(sp_j); i++)
-          for (int64_t h = 0; h < pl->Hkv; h++)
-            fn(dp + b * dsb + (d0 + i) * dss + h * dsh, sp + b * ssb + (s0 + i) * sss + h * ssh, D);
+      dv.p = (float *)(dp + d0 * dv.ss * des);
+      sv.p = (float *)(sp + s0 * sv.ss * ses);
+      ATTN_CHECK(pl->ctx->ops->rows(pl->ctx, op, dv, dst->dt, sv, src->dt, pl->B,
+                                    ring_span_len(sp_j), pl->Hkv, D));
     }
   }
+  return ATTN_OK;
 }
 
-static void row_copy(float *dst, const float *src, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
-static void row_add(float *dst, const float *src, int64_t n) {
-  for (int64_t d = 0; d < n; d++) dst[d] += src[d];
-}
-static void row_zero(float *dst, const float *src, int64_t n) {
-  (void)src;
-  memset(dst, 0, (size_t)n * 4);
-}
-
-void attn__ring_kv_pack(const ring_plan *pl, const ring_kv *src, const ring_rows *rows,
-                        float *dst) {
+attn_status attn__ring_kv_pack(const ring_plan *pl, const ring_kv *src, const ring_rows *rows,
+                               void *dst) {
   ring_kv d;
-  attn__ring_kv_packed(pl, dst, rows, &d);
-  for_rows(pl, &d, src, rows, row_copy);
+  attn__ring_kv_packed(pl, dst, src->dt, rows, &d);
+  return for_rows(pl, &d, src, rows, ATTN__ROWS_COPY);
 }
 
-void attn__ring_kv_add(const ring_plan *pl, const ring_kv *dst, const ring_kv *src) {
-  for_rows(pl, dst, src, &src->rows, row_add);
+attn_status attn__ring_kv_add(const ring_plan *pl, const ring_kv *dst, const ring_kv *src) {
+  return for_rows(pl, dst, src, &src->rows, ATTN__ROWS_ADD);
 }
 
-void attn__ring_kv_zero(const ring_plan *pl, const ring_kv *kv) {
-  for_rows(pl, kv, kv, &kv->rows, row_zero);
+attn_status attn__ring_kv_zero(const ring_plan *pl, const ring_kv *kv) {
+  return for_rows(pl, kv, kv, &kv->rows, ATTN__ROWS_ZERO);
 }
 
 attn_tensor attn__ring_rows_of(const attn_tensor *t, int64_t s0, int64_t n) {
   attn_tensor r = *t;
-  r.data = (float *)t->data + s0 * t->stride[1];
+  r.data = (char *)t->data + s0 * t->stride[1] * (int64_t)attn_dtype_size(t->dtype);
   r.shape[1] = n;
   return r;
 }
 
-void attn__ring_zero_tensor(const attn_tensor *t) {
-  float *p = t->data;
-  for (int64_t b = 0; b < t->shape[0]; b++)
-    for (int64_t s = 0; s < t->shape[1]; s++)
-      for (int64_t h = 0; h < t->shape[2]; h++)
-        memset(p + b * t->stride[0] + s * t->stride[1] + h * t->stride[2], 0,
-               (size_t)t->shape[3] * sizeof(float));
+attn_status attn__ring_zero_tensor(attn_ctx_t ctx, const attn_tensor *t) {
+  attn__view v = {t->data, t->stride[0], t->stride[1], t->stride[2]};
+  return ctx->ops->rows(ctx, ATTN__ROWS_ZERO, v, t->dtype, v, t->dtype, t->shape[0], t->shape[1],
+                        t->shape[2], t->shape[3]);
 }
 
-void *attn__ring_alloc(int64_t bytes) { return malloc((size_t)(bytes > 0 ? bytes : 1)); }
+attn_status attn__ring_alloc(attn_ctx_t ctx, int64_t bytes, void **out) {
+  *out = NULL;
+  return ctx->ops->mem_alloc(ctx, (size_t)(bytes > 256 ? bytes : 256), out);
+}
+
+void attn__ring_free(attn_ctx_t ctx, void *p) {
+  if (p) ctx->ops->mem_free(ctx, p);
+}

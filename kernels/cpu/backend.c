@@ -2,7 +2,12 @@
  * portable scalar path), threads, and the state / finalize / backward-prepare steps. */
 #include "cpu.h"
 
+#include "rope.h"
+
+#include <cblas.h>
+#include <limits.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,13 +121,108 @@ static attn_status cpu_sync(attn_ctx_t ctx) {
   return ATTN_OK;
 }
 
+/* ---- data movement for the ring and the layer (host memory) --------------------------- */
+static float load_elem(const void *base, int64_t i, attn_dtype t) {
+  if (t == ATTN_F32) return ((const float *)base)[i];
+  uint16_t h = ((const uint16_t *)base)[i];
+  if (t == ATTN_BF16) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  /* f16: through the compiler's half type */
+  _Float16 x;
+  memcpy(&x, &h, 2);
+  return (float)x;
+}
+
+static void store_elem(void *base, int64_t i, attn_dtype t, float f) {
+  if (t == ATTN_F32) {
+    ((float *)base)[i] = f;
+    return;
+  }
+  uint16_t h;
+  if (t == ATTN_BF16) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) h = (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    else h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);            /* RNE */
+  } else {
+    _Float16 x = (_Float16)f;
+    memcpy(&h, &x, 2);
+  }
+  ((uint16_t *)base)[i] = h;
+}
+
+/* One [D] row of the rows op; offsets in elements. */
+static void rows_one(attn__rows_op op, char *dst, attn_dtype dt, const char *src, attn_dtype st,
+                     int64_t D) {
+  const size_t es = attn_dtype_size(dt);
+  if (op == ATTN__ROWS_ZERO) {
+    memset(dst, 0, (size_t)D * es);
+  } else if (op == ATTN__ROWS_ADD) {
+    float *x = (float *)dst;
+    const float *y = (const float *)src;
+    for (int64_t d = 0; d < D; d++) x[d] += y[d];
+  } else if (dt == st) {
+    memcpy(dst, src, (size_t)D * es);
+  } else {
+    for (int64_t d = 0; d < D; d++) store_elem(dst, d, dt, load_elem(src, d, st));
+  }
+}
+
+static attn_status cpu_rows(attn_ctx_t ctx, attn__rows_op op, attn__view dst, attn_dtype dt,
+                            attn__view src, attn_dtype st, int64_t B, int64_t S, int64_t H,
+                            int64_t D) {
+  (void)ctx;
+  if (op == ATTN__ROWS_ADD && (dt != ATTN_F32 || st != ATTN_F32))
+    return attn__fail(ATTN_ERR_INTERNAL, "rows add: dtypes %d += %d, both must be F32", (int)dt,
+                      (int)st);
+  const int64_t de = (int64_t)attn_dtype_size(dt), se = (int64_t)attn_dtype_size(st);
+  char *dp = (char *)dst.p;
+  const char *sp = (const char *)src.p;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        rows_one(op, dp + (b * dst.sb + s * dst.ss + h * dst.sh) * de, dt,
+                 op == ATTN__ROWS_ZERO ? NULL : sp + (b * src.sb + s * src.ss + h * src.sh) * se,
+                 st, D);
+  return ATTN_OK;
+}
+
+static attn_status cpu_rope(attn_ctx_t ctx, attn__view x, int64_t B, int64_t S, int64_t H,
+                            int64_t D, const float *cos_t, const float *sin_t, int inverse) {
+  attn__rope_apply(x, B, S, H, D, cos_t, sin_t, inverse, ctx->cfg.num_threads);
+  return ATTN_OK;
+}
+
+static attn_status cpu_gemm(attn_ctx_t ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            float alpha, const float *A, int64_t lda, const float *B,
+                            int64_t ldb, float beta, float *C, int64_t ldc) {
+  (void)ctx;
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "gemm M=%lld N=%lld K=%lld exceeds the BLAS int range",
+                      (long long)M, (long long)N, (long long)K);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  return ATTN_OK;
+}
+
+static attn_status cpu_device_id(attn_ctx_t ctx, char *buf, size_t cap) {
+  (void)ctx;
+  snprintf(buf, cap, "host");
+  return ATTN_OK;
+}
+
 #define CPU_OPS(label)                                                                    \
   {.name = label, .device = ATTN_DEVICE_HOST, .dtypes = 1u << ATTN_F32,                  \
    .fwd = attn__cpu_fwd, .fwd_block = attn__cpu_fwd_block, .state_init = cpu_state_init, \
    .state_merge = cpu_state_merge, .finalize = cpu_finalize,                             \
    .bwd_prepare = cpu_bwd_prepare, .bwd_block = attn__cpu_bwd_block,                     \
    .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free, .mem_copy = cpu_mem_copy,        \
-   .sync = cpu_sync, .release = free}
+   .sync = cpu_sync, .rows = cpu_rows, .rope = cpu_rope, .gemm = cpu_gemm,                \
+   .device_id = cpu_device_id, .release = free}
 static const attn__backend_ops ops_avx512 = CPU_OPS("cpu-avx512");
 static const attn__backend_ops ops_scalar = CPU_OPS("cpu-scalar");
 

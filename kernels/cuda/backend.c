@@ -5,9 +5,13 @@
  * memory; calls enqueue on the context's stream and do not wait for it. */
 #include "cuda_attn.h"
 #include "internal.h"
+#include "ops.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct {
   int device;
@@ -15,6 +19,7 @@ typedef struct {
   void *ws;            /* workspace, grown on demand */
   size_t ws_bytes;
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
+  cublasHandle_t blas; /* created by the first gemm, bound to stream */
 } cuda_backend;
 
 static attn_status cuda_fail(cudaError_t e, const char *what) {
@@ -121,6 +126,7 @@ static void release(void *data) {
     cudaStreamSynchronize(be->stream);
     cudaFree(be->ws);
   }
+  if (be && be->blas) cublasDestroy(be->blas);
   free(be);
 }
 
@@ -159,13 +165,85 @@ static attn_status cu_sync(attn_ctx_t ctx) {
   return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaStreamSynchronize");
 }
 
+/* ---- data movement for the ring and the layer (kernels in ops.cu) -------------------- */
+static attn_status launched(int err, const char *what) {
+  return err ? cuda_fail((cudaError_t)err, what) : ATTN_OK;
+}
+
+static attn_status cu_rows(attn_ctx_t ctx, attn__rows_op op, attn__view dst, attn_dtype dt,
+                           attn__view src, attn_dtype st, int64_t B, int64_t S, int64_t H,
+                           int64_t D) {
+  cuda_backend *be = ctx->backend_data;
+  if (op == ATTN__ROWS_ADD && (dt != ATTN_F32 || st != ATTN_F32))
+    return attn__fail(ATTN_ERR_INTERNAL, "rows add: dtypes %d += %d, both must be F32", (int)dt,
+                      (int)st);
+  return launched(attn_cuda_rows((int)op, view_of(dst), (int)dt, view_of(src), (int)st, B, S, H,
+                                 D, be->stream),
+                  "rows kernel launch");
+}
+
+static attn_status cu_rope(attn_ctx_t ctx, attn__view x, int64_t B, int64_t S, int64_t H,
+                           int64_t D, const float *cos_t, const float *sin_t, int inverse) {
+  cuda_backend *be = ctx->backend_data;
+  return launched(attn_cuda_rope(view_of(x), B, S, H, D, cos_t, sin_t, inverse, be->stream),
+                  "RoPE kernel launch");
+}
+
+static attn_status blas_fail(cublasStatus_t s, const char *what) {
+  return attn__fail(ATTN_ERR_CUBLAS, "%s: cuBLAS status %d", what, (int)s);
+}
+
+/* Float32 in, float32 out, float32 accumulation (CUBLAS_COMPUTE_32F): the layer's contract
+ * is float32 and the CPU layer is the reference, so the default keeps full precision;
+ * ATTN_TF32=1 lets the tensor cores round the inputs to TF32 (about 8x faster on H100-class
+ * parts, 2^-11 relative input rounding). Row-major C = op(A) op(B) is column-major
+ * C^T = op(B)^T op(A)^T, so the operands swap. */
+static attn_status cu_gemm(attn_ctx_t ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                           float beta, float *C, int64_t ldc) {
+  cuda_backend *be = ctx->backend_data;
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
+      ldc > INT32_MAX)
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "gemm M=%lld N=%lld K=%lld exceeds cuBLAS's int range",
+                      (long long)M, (long long)N, (long long)K);
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  if (!be->blas) {
+    s = cublasCreate(&be->blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      be->blas = NULL;
+      return blas_fail(s, "cublasCreate");
+    }
+  }
+  s = cublasSetStream(be->blas, be->stream);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_fail(s, "cublasSetStream");
+  const cublasComputeType_t compute =
+      ATTN_PARAM("TF32", 0) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  s = cublasGemmEx(be->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
+                   (int)lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT);
+  return s == CUBLAS_STATUS_SUCCESS ? ATTN_OK : blas_fail(s, "cublasGemmEx");
+}
+
+/* "host:pci-bus-id": processes that print the same string share one GPU. */
+static attn_status cu_device_id(attn_ctx_t ctx, char *buf, size_t cap) {
+  cuda_backend *be = ctx->backend_data;
+  char host[128] = "?", bus[64] = "?";
+  gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = '\0';
+  cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, be->device);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaDeviceGetPCIBusId");
+  snprintf(buf, cap, "%s:%s", host, bus);
+  return ATTN_OK;
+}
+
 static const attn__backend_ops ops_cuda = {
     .name = "cuda", .device = ATTN_DEVICE_CUDA,
     .dtypes = (1u << ATTN_BF16) | (1u << ATTN_F16),
     .fwd = cu_fwd, .fwd_block = cu_fwd_block, .state_init = cu_state_init,
     .state_merge = cu_state_merge, .finalize = cu_finalize, .bwd_prepare = cu_bwd_prepare,
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
-    .mem_copy = cu_mem_copy, .sync = cu_sync, .release = release};
+    .mem_copy = cu_mem_copy, .sync = cu_sync, .rows = cu_rows, .rope = cu_rope,
+    .gemm = cu_gemm, .device_id = cu_device_id, .release = release};
 
 int attn__cuda_device_count(void) {
   int n = 0;

@@ -1,0 +1,54 @@
+/* cuda_runtime.h (test-only stand-in) — the subset of the CUDA runtime API that the
+ * runtime adapter (kernels/cuda/backend.c), the MPI-staged transport (comm/staged.c) and
+ * test_cuda_runtime.c call, declared for the emulated device of tests/gpu/emu_cudart.cc. Only the emulated
+ * library variant (attnrun_emu) sees this header; the real build uses the toolkit's. */
+#ifndef ATTN_EMU_CUDA_RUNTIME_H
+#define ATTN_EMU_CUDA_RUNTIME_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600
+} cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+
+typedef struct emu_stream_s *cudaStream_t;
+typedef struct emu_event_s *cudaEvent_t;
+
+const char *cudaGetErrorString(cudaError_t e);
+const char *cudaGetErrorName(cudaError_t e);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int dev);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+cudaError_t cudaMemset(void *dst, int value, size_t bytes);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
