@@ -1,6 +1,6 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
- * plain switch on (head dim, dtype, causal) to the instance launchers. Plain C: no CUDA
+ * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers. Plain C: no CUDA
  * headers; launch errors come back as cudaError_t values and are worded here. */
 #include <stdint.h>
 #include <string.h>
@@ -26,6 +26,14 @@ typedef struct {
   FA_DECLARE_INSTANCE(hd##_bf16_causal)   \
   FA_DECLARE_INSTANCE(hd##_f16)           \
   FA_DECLARE_INSTANCE(hd##_f16_causal)
+/* A case of the switch below: the instance set of head dims (dqk, dv), named hd. */
+#define CASE_SET(dqk, dv, hd)                                     \
+  case PAIR(dqk, dv): {                                           \
+    static const fa_instance set[2][2] = INSTANCE_SET(hd);        \
+    return &set[d][c];                                            \
+  }
+/* (Dqk, Dv) as one switch key; both are below 1024 when it is used. */
+#define PAIR(dqk, dv) ((dqk) * 1024 + (dv))
 
 #ifdef ATTN_CUDA_HD_64
 DECLARE_SET(hd64)
@@ -33,25 +41,24 @@ DECLARE_SET(hd64)
 #ifdef ATTN_CUDA_HD_128
 DECLARE_SET(hd128)
 #endif
+#ifdef ATTN_CUDA_HD_192x128
+DECLARE_SET(hd192x128)
+#endif
 
 static const fa_instance *find_instance(int64_t dqk, int64_t dv, int dtype, int causal) {
   const int d = dtype == ATTN_BF16 ? 0 : 1, c = causal ? 1 : 0;
   (void)d;
   (void)c;
-  switch (dqk) {
+  if (dqk < 1 || dqk > 1023 || dv < 1 || dv > 1023) return NULL;
+  switch (PAIR(dqk, dv)) {
 #ifdef ATTN_CUDA_HD_64
-    case 64: {
-      static const fa_instance set[2][2] = INSTANCE_SET(hd64);
-      if (dv == 64) return &set[d][c];
-      break;
-    }
+    CASE_SET(64, 64, hd64)
 #endif
 #ifdef ATTN_CUDA_HD_128
-    case 128: {
-      static const fa_instance set[2][2] = INSTANCE_SET(hd128);
-      if (dv == 128) return &set[d][c];
-      break;
-    }
+    CASE_SET(128, 128, hd128)
+#endif
+#ifdef ATTN_CUDA_HD_192x128
+    CASE_SET(192, 128, hd192x128)
 #endif
     default:
       break;
@@ -107,7 +114,8 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
                         (long long)p->Dqk, ATTN_CUDA_HEAD_DIMS_STR);
     return attn__fail(ATTN_ERR_UNSUPPORTED,
                       "head_dim_qk=%lld with head_dim_v=%lld is not supported by the cuda "
-                      "backend (built: %s, each with Dv == Dqk); use the cpu backend",
+                      "backend (built: %s, as D for Dqk == Dv or DqkxDv); rebuild with "
+                      "-DATTN_CUDA_HEAD_DIMS to add it, or use the cpu backend",
                       (long long)p->Dqk, (long long)p->Dv, ATTN_CUDA_HEAD_DIMS_STR);
   }
   if (p->B < 1 || p->B > 65535 || p->Hq < 1 || p->Hq > 65535 || p->Hkv < 1 || p->Hq % p->Hkv)

@@ -5,12 +5,26 @@
  * keys in the dK/dV kernel); shared-memory rows are padded by 8 elements (16 bytes) so
  * that the 8 row addresses of an ldmatrix fall in 8 different bank groups. Shapes were
  * chosen to stay under 255 registers with no spills (checked by cmake/check_spills.cmake)
- * and within 227 KB of shared memory:
+ * and within 227 KB of shared memory (registers: the most over dtype and causal, from
+ * ptxas -v for sm_80 / sm_90a):
  *
- *   kernel   warps  tile (rows x keys)   smem (d=128)   per-thread accumulators (d=128)
- *   fwd        8     128 x 64            104 KB         O 64, S 32, Q fragments 32
- *   dkdv       8     keys 128, q 32/64   118 KB         dK 64, dV 64, S^T 16, dP^T 16
- *   dq         4      64 x 64            104 KB         dQ 64, S 32, dP 32 (Q, dO from smem)
+ *   kernel dims     warps tile (rows x keys)       smem    regs     per-thread accumulators
+ *   fwd    64        8    128 x 64                  54 KB  190/211  O 32, S 32, Q frags 16
+ *   fwd    128       8    128 x 64                 102 KB  253/240  O 64, S 32, Q frags 32
+ *   fwd    192x128   8    128 x 64                 134 KB  250/246  O 64, S 32, Q frags 48
+ *   dkdv   64        8    keys 128, q 64            91 KB  242/244  dK 32, dV 32, S^T 32, dP^T 32
+ *   dkdv   128       8    keys 128, q 32           113 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
+ *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  248/250  dK 48, dV 32, S^T 16, dP^T 16
+ *                          16 keys), q 32
+ *   dq     64        4     64 x 64                  54 KB  228/238  dQ 32, S 32, dP 32
+ *   dq     128       4     64 x 64                 102 KB  248/250  dQ 64, S 32, dP 32
+ *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
+ *
+ * Past d = 128 the per-thread accumulators are what decides: dK + dV of one key row at
+ * 192x128 would be 160 registers (it spilled), so two warps share each 16-key group with
+ * half the columns each (64 keys per CTA; both recompute the group's S^T and dP^T); the dQ
+ * kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer query rows per CTA would not
+ * help: 16 is the mma's M.
  *
  * Future work (not in this build): a Hopper path (sm_90a: wgmma with B from shared
  * memory, TMA loads on an mbarrier, warp-specialised producer/consumer warpgroups) for
@@ -25,13 +39,17 @@
 #define FA_FWD_BN 64                  /* keys per tile */
 
 #define FA_BWD_WARPS 8
-#define FA_BWD_BN (16 * FA_BWD_WARPS) /* keys per CTA */
+/* Warps that share one 16-key group of the dK/dV kernel, each accumulating 1/CSPLIT of
+ * the dK and dV columns: 2 once the two accumulators pass 256 floats a row. */
+#define FA_BWD_CSPLIT(dqk, dv) ((dqk) + (dv) > 256 ? 2 : 1)
+#define FA_BWD_BN(dqk, dv) (16 * FA_BWD_WARPS / FA_BWD_CSPLIT(dqk, dv)) /* keys per CTA */
 /* query rows per inner step of the dK/dV kernel */
 #define FA_BWD_BM(dqk, dv) (((dqk) > 64 || (dv) > 64) ? 32 : 64)
 
 #define FA_DQ_WARPS 4
 #define FA_DQ_BM (16 * FA_DQ_WARPS) /* query rows per CTA of the dQ kernel */
-#define FA_DQ_BN 64                 /* keys per tile */
+/* keys per tile: 32 past d = 128, where dQ alone holds 96-128 registers */
+#define FA_DQ_BN(dqk, dv) (((dqk) > 128 || (dv) > 128) ? 32 : 64)
 
 /* Varlen tile tables are sized for tiles of at least this many rows. */
 #define FA_MIN_TILE 16
