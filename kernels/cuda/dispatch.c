@@ -41,6 +41,9 @@ DECLARE_SET(hd64)
 #ifdef ATTN_CUDA_HD_128
 DECLARE_SET(hd128)
 #endif
+#ifdef ATTN_CUDA_HD_256
+DECLARE_SET(hd256)
+#endif
 #ifdef ATTN_CUDA_HD_192x128
 DECLARE_SET(hd192x128)
 #endif
@@ -56,6 +59,9 @@ static const fa_instance *find_instance(int64_t dqk, int64_t dv, int dtype, int 
 #endif
 #ifdef ATTN_CUDA_HD_128
     CASE_SET(128, 128, hd128)
+#endif
+#ifdef ATTN_CUDA_HD_256
+    CASE_SET(256, 256, hd256)
 #endif
 #ifdef ATTN_CUDA_HD_192x128
     CASE_SET(192, 128, hd192x128)

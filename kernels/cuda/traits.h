@@ -12,19 +12,22 @@
  *   fwd    64        8    128 x 64                  54 KB  190/211  O 32, S 32, Q frags 16
  *   fwd    128       8    128 x 64                 102 KB  253/240  O 64, S 32, Q frags 32
  *   fwd    192x128   8    128 x 64                 134 KB  250/246  O 64, S 32, Q frags 48
+ *   fwd    256       8    128 x 32, Q from smem    132 KB  254/254  O 128, S 16
  *   dkdv   64        8    keys 128, q 64            91 KB  242/244  dK 32, dV 32, S^T 32, dP^T 32
  *   dkdv   128       8    keys 128, q 32           113 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
  *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  248/250  dK 48, dV 32, S^T 16, dP^T 16
- *                          16 keys), q 32
+ *   dkdv   256       8     16 keys), q 32          138 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
  *   dq     64        4     64 x 64                  54 KB  228/238  dQ 32, S 32, dP 32
  *   dq     128       4     64 x 64                 102 KB  248/250  dQ 64, S 32, dP 32
  *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
+ *   dq     256       4     64 x 32                 132 KB  252/254  dQ 128, S 16, dP 16
  *
- * Past d = 128 the per-thread accumulators are what decides: dK + dV of one key row at
- * 192x128 would be 160 registers (it spilled), so two warps share each 16-key group with
- * half the columns each (64 keys per CTA; both recompute the group's S^T and dP^T); the dQ
- * kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer query rows per CTA would not
- * help: 16 is the mma's M.
+ * Past d = 128 the per-thread accumulators are what decides: at 256 the forward's O takes
+ * 128 registers, so Q is re-read from shared memory per tile and tiles hold 32 keys (64
+ * keys spilled ~100 bytes); dK + dV of one key row would be 256 registers, so two warps
+ * share each 16-key group with half the columns each (64 keys per CTA; both recompute the
+ * group's S^T and dP^T); the dQ kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer
+ * query rows per CTA would not help: 16 is the mma's M.
  *
  * Future work (not in this build): a Hopper path (sm_90a: wgmma with B from shared
  * memory, TMA loads on an mbarrier, warp-specialised producer/consumer warpgroups) for
@@ -36,7 +39,11 @@
 
 #define FA_FWD_WARPS 8
 #define FA_FWD_BM (16 * FA_FWD_WARPS) /* query rows per CTA */
-#define FA_FWD_BN 64                  /* keys per tile */
+/* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
+#define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
+/* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are
+ * read from shared memory for every tile (64 more registers would not fit next to O). */
+#define FA_FWD_Q_IN_REGS(dqk) ((dqk) <= 192)
 
 #define FA_BWD_WARPS 8
 /* Warps that share one 16-key group of the dK/dV kernel, each accumulating 1/CSPLIT of
