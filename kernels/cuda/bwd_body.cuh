@@ -42,19 +42,6 @@
 #define Q_BN FA_DQ_BN(DQK, DV)
 #define Q_SMEM_BYTES ((Q_BM * SQK + Q_BM * SV + 2 * Q_BN * SQK + 2 * Q_BN * SV) * 2)
 
-/* The score of a raw dot product in log2 units, and d(score)/d(q.k) / scale (softcap). */
-FA_DEV float fa_score_grad(const fa_params &p, float x, float alibi2, float dist, float &dcap) {
-  float s = x * p.sc;
-  dcap = 1.0f;
-  if (p.cap2 > 0.0f) {
-    const float t = tanhf(s);
-    dcap = 1.0f - t * t;
-    s = p.cap2 * t;
-  }
-  if (alibi2 != 0.0f) s -= alibi2 * dist;
-  return s;
-}
-
 FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   FA_SMEM(smem);
   fa_elem *sK = (fa_elem *)smem;       /* [B_BN][SQK] */
