@@ -23,9 +23,9 @@ if(NOT DEFINED ATTN_BUILD_BENCH)
 endif()
 
 # Instance sources for the requested head dims (hd<D> or hd<Dqk>x<Dv>); one without files
-# is an error.
+# is an error. The float32 kernels read the head dims at run time: always built.
 set(ATTN_CUDA_DIR ${ATTN_ROOT}/kernels/cuda)
-set(ATTN_CUDA_INSTANCES "")
+set(ATTN_CUDA_INSTANCES ${ATTN_CUDA_DIR}/fwd_f32.cu ${ATTN_CUDA_DIR}/bwd_f32.cu)
 set(ATTN_CUDA_DIM_DEFS "")
 set(ATTN_CUDA_DIMS_STR "")
 file(GLOB attn_known RELATIVE ${ATTN_CUDA_DIR} ${ATTN_CUDA_DIR}/fwd_hd*_bf16.cu)

@@ -125,7 +125,7 @@ static void release(void *data) {
 }
 
 static const attn__backend_ops ops_cuda = {
-    "cuda", ATTN_DEVICE_CUDA, (1u << ATTN_BF16) | (1u << ATTN_F16), cu_fwd, cu_fwd_block,
+    "cuda", ATTN_DEVICE_CUDA, (1u << ATTN_BF16) | (1u << ATTN_F16) | (1u << ATTN_F32), cu_fwd, cu_fwd_block,
     cu_state_init, cu_state_merge, cu_finalize, cu_bwd_prepare, cu_bwd_block,
     release};
 

@@ -24,6 +24,7 @@ struct fa_params {
   int bq, bk;
   int nqb, nkb;
   attn_cuda_view q, k, v;
+  int hd_qk, hd_v, causal; /* read at run time by the float32 kernels (others: compiled in) */
   /* forward */
   attn_cuda_view o;
   float *lse;
@@ -248,6 +249,9 @@ static inline fa_params fa_params_make(const fa_call *c) {
   p.q = pb->q;
   p.k = pb->k;
   p.v = pb->v;
+  p.hd_qk = (int)pb->Dqk;
+  p.hd_v = (int)pb->Dv;
+  p.causal = pb->causal != 0;
   return p;
 }
 

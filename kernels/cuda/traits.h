@@ -1,5 +1,6 @@
-/* traits.h — tile shapes of the CUDA flash kernels, as a function of the instance's head
- * dims (FA_HDQK, FA_HDV, defined by the instance .cu before including this).
+/* traits.h — tile shapes of the CUDA flash kernels: the mma kernels' as a function of the
+ * instance's head dims (FA_HDQK, FA_HDV, defined by the instance .cu before including
+ * this), and the float32 SIMT kernels' (at the end).
  *
  * Every warp owns 16 rows of an m16n8k16 tile (queries in the forward and dQ kernels,
  * keys in the dK/dV kernel); shared-memory rows are padded by 8 elements (16 bytes) so
@@ -57,6 +58,16 @@
 #define FA_DQ_BM (16 * FA_DQ_WARPS) /* query rows per CTA of the dQ kernel */
 /* keys per tile: 32 past d = 128, where dQ alone holds 96-128 registers */
 #define FA_DQ_BN(dqk, dv) (((dqk) > 128 || (dv) > 128) ? 32 : 64)
+
+/* The float32 kernels (SIMT, f32_common.cuh): 8 threads per row, 32 rows (queries, or
+ * keys in the dK/dV kernel) x 32 keys (or query rows) per tile, head dims up to 256 read
+ * at run time; accumulators 32 floats a thread per [row][D] tensor. ptxas (sm_80/90a):
+ * fwd 108/108 registers, dkdv 178/182, dq 109/108, no spills; shared memory sized at
+ * launch, at D = 256: fwd 103 KB, dkdv 140 KB, dq 136 KB (29, 37, 36 KB at D = 64). */
+#define FA_F32_WARPS 8
+#define FA_F32_TPR 8
+#define FA_F32_BN 32
+#define FA_F32_DMAX 256
 
 /* Varlen tile tables are sized for tiles of at least this many rows. */
 #define FA_MIN_TILE 16

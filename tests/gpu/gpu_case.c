@@ -536,9 +536,10 @@ int gc_judge_tol(const char *what, const float *got, const double *ref, const fl
   return 0;
 }
 
-/* float32: the CPU backend's tests' tolerances (tests/test_case.h), relative to max|ref|. */
-#define GC_F32_FWD_RTOL 2e-5
-#define GC_F32_BWD_RTOL 2e-4
+/* float32: relative to max|ref|, as the CPU backend's tests judge it (tests/test_case.h),
+ * at 1e-5 both ways (the emulator measured at most 8e-7 over the f32 part's cases). */
+#define GC_F32_FWD_RTOL 1e-5
+#define GC_F32_BWD_RTOL 1e-5
 
 static void check_f32(gc_prob *P, const gc_out *out, int bwd, const int64_t *dq4,
                       const int64_t *dk4, const int64_t *do4, const int64_t *dv4,

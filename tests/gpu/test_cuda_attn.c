@@ -3,8 +3,9 @@
  * and varlen, the block API (chained / merged / split rows == one shot), empty rows and
  * NaN/Inf in unseen keys, deterministic backward bitwise repeatable, unsupported inputs.
  * bf16/fp16 judged by the 2x same-precision rule. Exits 77 when there is no device.
- * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims (one
- * ctest each; dims: head dim 256 and (Dqk, Dv) = (192, 128) on small shapes).
+ * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32
+ * (one ctest each; dims: head dim 256 and (Dqk, Dv) = (192, 128) on small shapes; f32: the
+ * float32 SIMT kernels, judged against float32 tolerances).
  * Built twice: on the CUDA runtime, and on the emulator (smaller cases) for CPU-only CI. */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ static int E; /* emulated: fewer, smaller cases */
 static int have_dims(const gc_case *c) {
   char want[24];
   const int dv = c->Dv ? c->Dv : c->D;
+  if (c->dtype == ATTN_F32) return 1; /* any multiple of 8 up to 256, always built */
   if (dv == c->D) snprintf(want, sizeof want, "%d", c->D);
   else snprintf(want, sizeof want, "%dx%d", c->D, dv);
   const char *s = attn_cuda_head_dims();
@@ -197,6 +199,7 @@ static void sweep_masks(void) {
  * (fewer keys per backward CTA at 256), GQA, varlen, every mask flag in a few
  * combinations, NaN/Inf in unseen keys, the block API (in check_block). */
 static void run_empty(gc_case c, int expect);
+static void run_hot(gc_case c);
 static void check_block_case(gc_case c);
 enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
 
@@ -234,6 +237,51 @@ static void sweep_wide_dims(void) {
   }
 }
 
+/* ---- float32 (the SIMT kernels): head dims at run time, every feature --------------------
+ * Tiles are 32 rows x 32 keys; head dims any multiple of 8 up to 256, Dqk != Dv too. Judged
+ * like the CPU backend: relative to max|ref| (gc_check). */
+static void sweep_f32(void) {
+  static const int dims[][2] = {{64, 64}, {40, 40}, {256, 256}, {192, 128}, {8, 72}, {128, 128}};
+  static const int64_t sizes[][2] = {{1, 1}, {31, 33}, {33, 31}, {65, 64}, {2, 97}, {100, 3}};
+  static const int32_t lq[] = {40, 1, 31}, lkv[] = {33, 65, 0};
+  for (int di = 0; di < 6; di++)
+    for (int i = 0; i < 6; i++) {
+      gc_case c = {.name = "f32 shape", .B = 1 + (i & 1), .Sq = sizes[i][0], .Skv = sizes[i][1],
+                   .Hq = 3, .Hkv = (i % 3) ? 1 : 3, .D = dims[di][0], .Dv = dims[di][1],
+                   .causal = (i + di) & 1, .bhsd = i == 2, .dtype = ATTN_F32};
+      run(c, 1);
+    }
+  /* every flag on and off, in combinations over one shape (as sweep_flags) */
+  for (int m = 0; m < 128; m++) { /* cheap on the emulator too: few warp collectives */
+    gc_case c = {.name = "f32 flags", .B = 1, .Sq = 70, .Skv = 72, .Hq = 4, .Hkv = 2,
+                 .D = (m & 8) ? 32 : 64, .Dv = (m & 16) ? 48 : 64, .bhsd = (m >> 1) & 1,
+                 .dtype = ATTN_F32, .causal = m & 1};
+    if (m & 2) c.window = 1, c.wl = (m & 64) ? 20 : 45, c.wr = (m & 1) ? -1 : 13;
+    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+    c.sinks = (m >> 3) & 1;
+    c.alibi = (m >> 4) & 1;
+    if (m & 32) c.nseq = 3, c.lq = lq, c.lkv = lkv, c.Sq = 72, c.Skv = 98;
+    if (m & 64) c.bq = 16, c.bk = 24, c.mask_short = m & 1;
+    run(c, 1);
+  }
+  run_empty((gc_case){.name = "f32 empty rows", .B = 1, .Sq = 70, .Skv = 40, .Hq = 2, .Hkv = 1,
+                      .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_F32}, EXPECT_EMPTY_ROWS);
+  run_empty((gc_case){.name = "f32 unseen keys", .B = 1, .Sq = 40, .Skv = 130, .Hq = 1, .Hkv = 1,
+                      .D = 96, .Dv = 32, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
+                      .dtype = ATTN_F32}, EXPECT_UNSEEN_KEYS);
+  run_hot((gc_case){.name = "f32 hot causal", .B = 1, .Sq = 70, .Skv = 70, .Hq = 2, .Hkv = 1,
+                    .D = 64, .causal = 1, .dtype = ATTN_F32});
+  check_block_case((gc_case){.name = "f32 block API", .B = 2, .Sq = 50, .Skv = 75, .Hq = 2,
+                             .Hkv = 1, .D = 72, .Dv = 40, .causal = 1, .sinks = 1, .alibi = 1,
+                             .dtype = ATTN_F32});
+  check_block_case((gc_case){.name = "f32 block API varlen", .Hq = 2, .Hkv = 2, .D = 256,
+                             .nseq = 3, .lq = lq, .lkv = lkv, .window = 1, .wl = 9, .wr = 4,
+                             .dtype = ATTN_F32});
+  if (E) return;
+  run((gc_case){.name = "f32 big", .B = 1, .Sq = 700, .Skv = 1030, .Hq = 2, .Hkv = 1, .D = 128,
+                .causal = 1, .dtype = ATTN_F32}, 1);
+}
+
 /* ---- the block API ------------------------------------------------------------------- */
 static void *alloc_state(attn_state *st, const gc_prob *P, int64_t rows) {
   const int64_t n = P->B * P->Hq * rows;
@@ -251,9 +299,10 @@ static attn_cuda_problem block_problem(const gc_prob *P, int64_t q0, int64_t q1,
   b.skv = k1 - k0;
   b.q_row0 = b.q_pos0 = q0;
   b.k_pos0 = k0;
-  b.q.p = (uint16_t *)b.q.p + q0 * b.q.ss;
-  b.k.p = (uint16_t *)b.k.p + k0 * b.k.ss;
-  b.v.p = (uint16_t *)b.v.p + k0 * b.v.ss;
+  const size_t e = gc_elem_bytes(P);
+  b.q.p = (char *)b.q.p + q0 * b.q.ss * e;
+  b.k.p = (char *)b.k.p + k0 * b.k.ss * e;
+  b.v.p = (char *)b.v.p + k0 * b.v.ss * e;
   return b;
 }
 
@@ -341,7 +390,7 @@ static void check_block_case(gc_case c) {
       attn_cuda_problem bp = block_problem(&P, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1]);
       attn_cuda_view bq = vq, bk = vk, bv = vv, bo = dO;
       bq.p = (float *)bq.p + qs[qi] * bq.ss;
-      bo.p = (uint16_t *)bo.p + qs[qi] * bo.ss;
+      bo.p = (char *)bo.p + qs[qi] * bo.ss * gc_elem_bytes(&P);
       bk.p = (float *)bk.p + ks[ki] * bk.ss;
       bv.p = (float *)bv.p + ks[ki] * bv.ss;
       expect_ok(attn_cuda_bwd_block(&bp, bo, P.d_lse, delta, P.Sq, bq, bk, bv, (qi + ki) & 1,
@@ -499,7 +548,9 @@ static void check_det(void) {
                    .Hkv = 2, .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
                   {.name = "det varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3,
                    .lq = (const int32_t[]){90, 1, 70}, .lkv = (const int32_t[]){60, 50, 100},
-                   .alibi = 1, .dtype = ATTN_F16}};
+                   .alibi = 1, .dtype = ATTN_F16},
+                  {.name = "det f32", .B = 1, .Sq = 80, .Skv = 100, .Hq = 4, .Hkv = 1, .D = 64,
+                   .Dv = 32, .causal = 1, .sinks = 1, .dtype = ATTN_F32}};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     gc_case c = cs[i];
     if (!have_dims(&c)) continue;
@@ -549,7 +600,22 @@ static void check_api(void) {
   attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv);
   attn_cuda_problem p = P.pb;
   p.dtype = ATTN_F32;
-  expect_fail(attn_cuda_fwd(&p, o, NULL, 0, NULL, 0, NULL), ATTN_ERR_UNSUPPORTED, "f32", "f32 input");
+  p.Dqk = p.Dv = 12;
+  expect_fail(attn_cuda_fwd(&p, o, NULL, 0, NULL, 0, NULL), ATTN_ERR_UNSUPPORTED, "multiples of 8",
+              "f32 head dim 12");
+  p.Dqk = p.Dv = 264;
+  expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "multiples of 8", "f32 head dim 264");
+  p.Dqk = 200;
+  p.Dv = 56;
+  expect_fail(attn_cuda_check(&p), ATTN_OK, "", "f32 head dims 200x56");
+  p = P.pb;
+  p.Dqk = 192;
+  p.Dv = 128;
+  expect_fail(attn_cuda_check(&p), have_dims(&(gc_case){.D = 192, .Dv = 128}) ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
+              "head_dim_v=128", "192x128");
+  p.Dqk = 128;
+  p.Dv = 64;
+  expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "head_dim_v=64", "128x64 (not built)");
   p = P.pb;
   p.Dqk = p.Dv = 96;
   expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "head_dim=96", "head dim 96");
@@ -609,8 +675,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(part, "api")) check_api();
   else if (!strcmp(part, "quick")) quick();
   else if (!strcmp(part, "dims")) sweep_wide_dims();
+  else if (!strcmp(part, "f32")) sweep_f32();
   else {
-    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims)\n", part);
+    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32)\n", part);
     return 2;
   }
   char name[64];
