@@ -1,5 +1,5 @@
 # cmake/cuda.cmake — the CUDA backend's build: ATTN_CUDA=AUTO|ON|OFF, the kernel library
-# attnrun_cuda_kernels (one instance .cu per head dim x dtype x causal x direction), the
+# attnrun_cuda_kernels (one instance .cu per head dims x dtype x causal x direction), the
 # ptxas spill check, the GPU tests (exit 77 without a GPU) and the GPU benchmark; and,
 # whenever tests are built on x86-64, the same kernel source on the CPU emulator
 # (test_cuda_emu), which needs no nvcc.
@@ -13,8 +13,8 @@ get_filename_component(ATTN_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 
 set(ATTN_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO|ON|OFF")
 set_property(CACHE ATTN_CUDA PROPERTY STRINGS AUTO ON OFF)
-set(ATTN_CUDA_HEAD_DIMS "64;128" CACHE STRING
-    "Head dims the CUDA kernels are instantiated for (Dqk == Dv), e.g. 64;128")
+set(ATTN_CUDA_HEAD_DIMS "64;128;256;192x128" CACHE STRING
+    "Head dims the CUDA bf16/f16 kernels are instantiated for: D (Dqk == Dv) or DqkxDv")
 if(NOT DEFINED ATTN_BUILD_TESTS)
   set(ATTN_BUILD_TESTS ON)
 endif()
@@ -22,11 +22,14 @@ if(NOT DEFINED ATTN_BUILD_BENCH)
   set(ATTN_BUILD_BENCH ON)
 endif()
 
-# Instance sources for the requested head dims; a head dim without files is an error.
+# Instance sources for the requested head dims (hd<D> or hd<Dqk>x<Dv>); one without files
+# is an error. The float32 kernels read the head dims at run time: always built.
 set(ATTN_CUDA_DIR ${ATTN_ROOT}/kernels/cuda)
-set(ATTN_CUDA_INSTANCES "")
+set(ATTN_CUDA_INSTANCES ${ATTN_CUDA_DIR}/fwd_f32.cu ${ATTN_CUDA_DIR}/bwd_f32.cu)
 set(ATTN_CUDA_DIM_DEFS "")
 set(ATTN_CUDA_DIMS_STR "")
+file(GLOB attn_known RELATIVE ${ATTN_CUDA_DIR} ${ATTN_CUDA_DIR}/fwd_hd*_bf16.cu)
+string(REGEX REPLACE "fwd_hd([0-9x]+)_bf16.cu" "\\1" attn_known "${attn_known}")
 foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
   foreach(pass fwd bwd)
     foreach(dt bf16 f16)
@@ -34,7 +37,7 @@ foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
         set(f ${ATTN_CUDA_DIR}/${pass}_hd${hd}_${dt}${causal}.cu)
         if(NOT EXISTS ${f})
           message(FATAL_ERROR "ATTN_CUDA_HEAD_DIMS=${ATTN_CUDA_HEAD_DIMS}: head dim ${hd} has "
-                              "no instance ${f}; the kernels exist for 64 and 128")
+                              "no instance ${f}; the kernels exist for ${attn_known}")
         endif()
         list(APPEND ATTN_CUDA_INSTANCES ${f})
       endforeach()

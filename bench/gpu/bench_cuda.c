@@ -1,10 +1,12 @@
 /* bench_cuda.c — times the attnrun CUDA flash kernels, forward and backward, on the shapes
  * that bench/gpu/sdpa_bench.py times for PyTorch's SDPA (flash, cuDNN): bf16, head dims
- * 128 and 64, N = 1K..16K, causal and not, B = tokens / N so every shape fills the GPU.
+ * 128 and 64, N = 1K..16K, causal and not, B = tokens / N so every shape fills the GPU;
+ * --hd also takes 256 and (Dqk, Dv) pairs written DqkxDv (192x128), H = d_model / Dqk.
  *
  * Each shape is validated first (sampled rows of O and dQ against the float64 oracle),
  * then warmed up, then timed with CUDA events: median and min of --reps runs. FLOPs by the
- * peers' rule: forward 4*B*H*N^2*D (causal: half), backward 2.5x forward. The backward
+ * peers' rule: forward 2*B*H*N^2*(Dqk+Dv) (= 4*B*H*N^2*D; causal: half), backward 2.5x
+ * forward. The backward
  * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
  * Prints a table; --json FILE appends one JSON record per (shape, pass).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
@@ -38,7 +40,7 @@ typedef struct {
   int64_t tokens, model_dim;
   int nn, nd;
   int64_t ns[16];
-  int ds[4];
+  int dqk[4], dv[4]; /* head dim pairs */
 } options;
 
 /* Device buffers sized for the largest shape: tokens x model_dim elements per tensor. */
@@ -109,7 +111,7 @@ static void alloc_buffers(buffers *b, const options *o) {
 /* ---- validation against the float64 oracle on sampled rows ------------------------------ */
 typedef struct {
   const buffers *b;
-  int64_t N, H, D;
+  int64_t N, H, Dqk, Dv;
   int dtype;
 } fetch_ctx;
 
@@ -117,14 +119,16 @@ static void fetch(void *user, int which, int64_t bb, int64_t s, int64_t h, float
   const fetch_ctx *c = user;
   const uint16_t *src = which == ATTN_REF_Q ? c->b->hq : which == ATTN_REF_K ? c->b->hk
                         : which == ATTN_REF_V ? c->b->hv : c->b->hdo;
-  const uint16_t *row = src + ((bb * c->N + s) * c->H + h) * c->D;
-  for (int64_t d = 0; d < c->D; d++) out[d] = from_bits(row[d], c->dtype);
+  const int64_t D = which == ATTN_REF_Q || which == ATTN_REF_K ? c->Dqk : c->Dv;
+  const uint16_t *row = src + ((bb * c->N + s) * c->H + h) * D;
+  for (int64_t d = 0; d < D; d++) out[d] = from_bits(row[d], c->dtype);
 }
 
 /* Max |got - ref| / max |ref| over 4 sampled rows of O (and dQ after a backward). */
 static double check_rows(const buffers *b, const attn_spec *spec, int64_t B, int64_t N,
-                         int64_t H, int64_t D, int dtype, int bwd) {
-  fetch_ctx fc = {b, N, H, D, dtype};
+                         int64_t H, int64_t Dqk, int64_t Dv, int dtype, int bwd) {
+  fetch_ctx fc = {b, N, H, Dqk, Dv, dtype};
+  const int64_t D = bwd ? Dqk : Dv;
   attn_ref_problem rp = {spec, B, N, N, fetch, &fc};
   const int64_t rows[4] = {0, N / 3, 2 * N / 3, N - 1};
   double err = 0.0, mag = 0.0, ref[256], delta, dsink;
@@ -164,9 +168,11 @@ typedef struct {
 static attn_status run_once(const run_args *a) {
   const attn_cuda_problem *pb = a->pb;
   buffers *b = a->b;
-  attn_cuda_view o = {b->o, pb->q.sb, pb->q.ss, pb->q.sh};
+  /* o, dout [B, N, H, Dv]: the q strides scaled to Dv */
+  const int64_t r = pb->Dv, qd = pb->Dqk;
+  attn_cuda_view o = {b->o, pb->q.sb / qd * r, pb->q.ss / qd * r, pb->q.sh / qd * r};
   if (!a->bwd) return attn_cuda_fwd(pb, o, b->lse, pb->sq, NULL, 0, b->stream);
-  attn_cuda_view dout = {b->dout, pb->q.sb, pb->q.ss, pb->q.sh};
+  attn_cuda_view dout = {b->dout, o.sb, o.ss, o.sh};
   attn_cuda_view dq = {b->dq, pb->q.sb, pb->q.ss, pb->q.sh};
   attn_cuda_view dk = {b->dk, pb->k.sb, pb->k.ss, pb->k.sh};
   attn_cuda_view dv = {b->dv, pb->v.sb, pb->v.ss, pb->v.sh};
@@ -211,9 +217,22 @@ static void parse_list(const char *s, int64_t *out, int *n, int max) {
   }
 }
 
+/* "128,64,192x128": head dims D (Dqk = Dv) or DqkxDv, at most 4. */
+static void parse_dims(const char *s, options *o) {
+  o->nd = 0;
+  while (*s && o->nd < 4) {
+    char *end;
+    o->dqk[o->nd] = o->dv[o->nd] = (int)strtol(s, &end, 10);
+    if (*end == 'x') o->dv[o->nd] = (int)strtol(end + 1, &end, 10);
+    o->nd++;
+    if (*end != ',') break;
+    s = end + 1;
+  }
+}
+
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench_cuda [--json FILE] [--dtype bf16|f16] [--n 1K,2K,..] [--hd 128,64]\n"
+          "usage: bench_cuda [--json FILE] [--dtype bf16|f16] [--n 1K,2K,..] [--hd 128,64,256,192x128]\n"
           "                  [--tokens 16384] [--model-dim 2048] [--reps 10] [--warmup 3]\n"
           "                  [--no-bwd] [--det]\n");
   exit(2);
@@ -222,7 +241,7 @@ static void usage(void) {
 static options parse(int argc, char **argv) {
   options o = {.dtype_name = "bf16", .dtype = ATTN_BF16, .reps = 10, .warmup = 3, .bwd = 1,
                .tokens = 16384, .model_dim = 2048, .nn = 5, .nd = 2,
-               .ns = {1024, 2048, 4096, 8192, 16384}, .ds = {128, 64}};
+               .ns = {1024, 2048, 4096, 8192, 16384}, .dqk = {128, 64}, .dv = {128, 64}};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json") && v) o.json = argv[++i];
@@ -230,11 +249,8 @@ static options parse(int argc, char **argv) {
       o.dtype_name = argv[++i];
       o.dtype = !strcmp(v, "f16") ? ATTN_F16 : ATTN_BF16;
     } else if (!strcmp(a, "--n") && v) parse_list(argv[++i], o.ns, &o.nn, 16);
-    else if (!strcmp(a, "--hd") && v) {
-      int64_t d[4];
-      parse_list(argv[++i], d, &o.nd, 4);
-      for (int k = 0; k < o.nd; k++) o.ds[k] = (int)d[k];
-    } else if (!strcmp(a, "--tokens") && v) o.tokens = atoll(argv[++i]);
+    else if (!strcmp(a, "--hd") && v) parse_dims(argv[++i], &o);
+    else if (!strcmp(a, "--tokens") && v) o.tokens = atoll(argv[++i]);
     else if (!strcmp(a, "--model-dim") && v) o.model_dim = atoll(argv[++i]);
     else if (!strcmp(a, "--reps") && v) o.reps = atoi(argv[++i]);
     else if (!strcmp(a, "--warmup") && v) o.warmup = atoi(argv[++i]);
@@ -267,27 +283,29 @@ int main(int argc, char **argv) {
   time_t now = time(NULL);
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   printf("attnrun CUDA kernels on %s (sm_%d%d, %d SMs), %s, %lld tokens x d_model %lld; "
-         "FLOPs: fwd 4*B*H*N^2*D (causal /2), bwd 2.5x\n",
+         "FLOPs: fwd 2*B*H*N^2*(Dqk+Dv) (causal /2), bwd 2.5x\n",
          prop.name, prop.major, prop.minor, prop.multiProcessorCount, o.dtype_name,
          (long long)o.tokens, (long long)o.model_dim);
-  printf("%-4s %-4s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "hd", "N", "B", "H", "causal",
+  printf("%-4s %-7s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "hd", "N", "B", "H", "causal",
          "median ms", "min ms", "TFLOP/s", "check");
   int failed = 0;
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)
         for (int pass = 0; pass < 1 + o.bwd; pass++) {
-          const int64_t D = o.ds[di], N = o.ns[ni], H = o.model_dim / D;
+          const int64_t D = o.dqk[di], Dv = o.dv[di], N = o.ns[ni], H = o.model_dim / D;
           const int64_t B = o.tokens / N > 0 ? o.tokens / N : 1;
           attn_spec spec = ATTN_SPEC_INIT;
           spec.num_heads_q = spec.num_heads_kv = (int32_t)H;
-          spec.head_dim_qk = spec.head_dim_v = (int32_t)D;
+          spec.head_dim_qk = (int32_t)D;
+          spec.head_dim_v = (int32_t)Dv;
           spec.causal = causal;
           attn_cuda_problem pb;
           memset(&pb, 0, sizeof pb);
           pb.B = B;
           pb.Hq = pb.Hkv = H;
-          pb.Dqk = pb.Dv = D;
+          pb.Dqk = D;
+          pb.Dv = Dv;
           pb.sq = pb.skv = pb.seq_q = pb.seq_kv = N;
           pb.scale = 1.0f / sqrtf((float)D);
           pb.causal = causal;
@@ -298,8 +316,8 @@ int main(int argc, char **argv) {
           pb.q = in;
           in.p = b.k;
           pb.k = in;
-          in.p = b.v;
-          pb.v = in;
+          attn_cuda_view vin = {b.v, N * H * Dv, H * Dv, Dv};
+          pb.v = vin;
           run_args ra = {&pb, &b, B * N * H * D, B * H * N, 0, o.det};
           /* validate: one forward (and backward) before timing */
           if (run_once(&ra) != ATTN_OK) {
@@ -314,26 +332,30 @@ int main(int argc, char **argv) {
             continue;
           }
           CHECK_CUDA(cudaStreamSynchronize(b.stream));
-          const double rel = check_rows(&b, &spec, B, N, H, D, o.dtype, pass);
+          const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
           const int ok = rel <= (pass ? 3e-2 : 2e-2);
           failed |= !ok;
           double med, mn;
           time_runs(&ra, o.warmup, o.reps, &med, &mn);
-          const double flops = 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0) * (pass ? 2.5 : 1.0);
+          const double flops = 2.0 * B * H * (double)N * N * (double)(D + Dv) * (causal ? 0.5 : 1.0) *
+                               (pass ? 2.5 : 1.0);
+          char hd[32];
+          if (D == Dv) snprintf(hd, sizeof hd, "%lld", (long long)D);
+          else snprintf(hd, sizeof hd, "%lldx%lld", (long long)D, (long long)Dv);
           const double tf = flops / (med * 1e-3) / 1e12;
-          printf("%-4s %-4lld %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s\n", pass ? "bwd" : "fwd",
-                 (long long)D, (long long)N, (long long)B, (long long)H, causal ? "yes" : "no", med,
+          printf("%-4s %-7s %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s\n", pass ? "bwd" : "fwd",
+                 hd, (long long)N, (long long)B, (long long)H, causal ? "yes" : "no", med,
                  mn, tf, ok ? "ok" : "FAIL");
           if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
           fflush(stdout);
           if (js)
             fprintf(js,
                     "{\"impl\": \"attnrun\", \"pass\": \"%s\", \"dtype\": \"%s\", \"hd\": %lld, "
-                    "\"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
+                    "\"hd_v\": %lld, \"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
                     "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
                     "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
                     "\"git\": \"%s\", \"date\": \"%s\"}\n",
-                    pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)N, (long long)B,
+                    pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
                     (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
                     prop.name, BENCH_GIT_SHA, date);
         }

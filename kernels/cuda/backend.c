@@ -238,7 +238,7 @@ static attn_status cu_device_id(attn_ctx_t ctx, char *buf, size_t cap) {
 
 static const attn__backend_ops ops_cuda = {
     .name = "cuda", .device = ATTN_DEVICE_CUDA,
-    .dtypes = (1u << ATTN_BF16) | (1u << ATTN_F16),
+    .dtypes = (1u << ATTN_BF16) | (1u << ATTN_F16) | (1u << ATTN_F32),
     .fwd = cu_fwd, .fwd_block = cu_fwd_block, .state_init = cu_state_init,
     .state_merge = cu_state_merge, .finalize = cu_finalize, .bwd_prepare = cu_bwd_prepare,
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,

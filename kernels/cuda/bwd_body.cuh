@@ -6,16 +6,23 @@
  * that can see them, for every query head of the GQA group, FA_BWD_BM rows at a time. Each
  * warp owns 16 keys and keeps their dK, dV in registers (S^T = K Q^T, so P^T and dS^T come
  * out in the A-operand layout of dV += P^T dO and dK += dS^T Q); the CTA is the only
- * writer of its dK/dV rows, so they are added once, deterministically. With fuse_dq, dS^T
- * goes through shared memory and dQ += dS K is added with float32 atomics.
+ * writer of its dK/dV rows, so they are added once, deterministically. Past 256 dK+dV
+ * columns (FA_BWD_CSPLIT) two warps share a key group, each with half of the columns;
+ * both compute the group's S^T and dP^T (about 1.4x the tensor-core work at d = 256, the
+ * price of no extra shared-memory round trip). With fuse_dq, dS^T goes through shared
+ * memory and dQ += dS K is added with float32 atomics.
  * flash_dq_*: the deterministic dQ (fuse_dq off): a CTA owns FA_DQ_BM query rows, walks
  * their key tiles like the forward, recomputes S and dP, and adds its dQ rows once. */
 #include "common.cuh"
 
 #define B_WARPS FA_BWD_WARPS
 #define B_THREADS (32 * FA_BWD_WARPS)
-#define B_BN FA_BWD_BN               /* keys per CTA */
-#define B_BM FA_BWD_BM(DQK, DV)      /* query rows per step */
+#define B_CSPLIT FA_BWD_CSPLIT(DQK, DV) /* warps per 16-key group */
+#define B_KG (B_WARPS / B_CSPLIT)       /* 16-key groups per CTA */
+#define B_BN FA_BWD_BN(DQK, DV)         /* keys per CTA */
+#define B_DKC (DQK / B_CSPLIT)          /* dK columns per warp */
+#define B_DVC (DV / B_CSPLIT)           /* dV columns per warp */
+#define B_BM FA_BWD_BM(DQK, DV)         /* query rows per step */
 #define SDS (B_BM + FA_PAD)          /* row stride of the dS^T tile */
 #define B_RG (B_BM / 16)             /* dQ tile: warps per column of 16-row groups */
 #define B_CW (DQK * B_RG / B_WARPS)  /* dQ columns per warp */
@@ -25,25 +32,15 @@
 #if B_CW % 16 != 0 || B_WARPS % B_RG != 0
 #error "dQ tile split: each warp needs a multiple of 16 columns"
 #endif
+#if B_DKC % 16 != 0 || B_DVC % 16 != 0 || B_BN != 16 * B_KG
+#error "dK/dV column split: each warp needs a multiple of 16 columns"
+#endif
 
 #define Q_WARPS FA_DQ_WARPS
 #define Q_THREADS (32 * FA_DQ_WARPS)
 #define Q_BM FA_DQ_BM
-#define Q_BN FA_DQ_BN
+#define Q_BN FA_DQ_BN(DQK, DV)
 #define Q_SMEM_BYTES ((Q_BM * SQK + Q_BM * SV + 2 * Q_BN * SQK + 2 * Q_BN * SV) * 2)
-
-/* The score of a raw dot product in log2 units, and d(score)/d(q.k) / scale (softcap). */
-FA_DEV float fa_score_grad(const fa_params &p, float x, float alibi2, float dist, float &dcap) {
-  float s = x * p.sc;
-  dcap = 1.0f;
-  if (p.cap2 > 0.0f) {
-    const float t = tanhf(s);
-    dcap = 1.0f - t * t;
-    s = p.cap2 * t;
-  }
-  if (alibi2 != 0.0f) s -= alibi2 * dist;
-  return s;
-}
 
 FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   FA_SMEM(smem);
@@ -71,8 +68,10 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   if (qlo > qhi) return; /* no query sees these keys: their gradients stay as they are */
   const int nsteps = (qhi - qlo + B_BM) / B_BM, total = nsteps * group;
 
-  /* Key ranges (inverse: the query rows that see a key) of the warp's keys. */
-  const int wk0 = 16 * warp, wn = nk - wk0 < 0 ? 0 : nk - wk0 > 16 ? 16 : nk - wk0;
+  /* Key ranges (inverse: the query rows that see a key) of the warp's keys; its dK/dV
+   * columns start at kc_dk / kc_dv. */
+  const int wk0 = 16 * (warp % B_KG), kc_dk = (warp / B_KG) * B_DKC, kc_dv = (warp / B_KG) * B_DVC;
+  const int wn = nk - wk0 < 0 ? 0 : nk - wk0 > 16 ? 16 : nk - wk0;
   int klo[2], khi[2], vlo = 1, vhi = 0, wlo_last = 0, whi_first = -1, y;
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
@@ -131,13 +130,13 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   if (it < total) B_LOAD_STEP(it, 0);
   fa_cp_commit();
 
-  float dK[DQK / 8][4], dV[DV / 8][4];
+  float dK[B_DKC / 8][4], dV[B_DVC / 8][4];
   FA_UNROLL
-  for (int n = 0; n < DQK / 8; n++)
+  for (int n = 0; n < B_DKC / 8; n++)
     FA_UNROLL
     for (int e = 0; e < 4; e++) dK[n][e] = 0.0f;
   FA_UNROLL
-  for (int n = 0; n < DV / 8; n++)
+  for (int n = 0; n < B_DVC / 8; n++)
     FA_UNROLL
     for (int e = 0; e < 4; e++) dV[n][e] = 0.0f;
 
@@ -223,29 +222,31 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
         da[3] = fa_pack(DP[2 * kc + 1][2], DP[2 * kc + 1][3]);
         const int trow = kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), tcol = (lane >> 4) * 8;
         FA_UNROLL
-        for (int n = 0; n < DV / 8; n += 2) {
+        for (int n = 0; n < B_DVC / 8; n += 2) {
           uint32_t bf[4];
-          fa_ldsm_x4_t(bf, ob + trow * SV + n * 8 + tcol);
+          fa_ldsm_x4_t(bf, ob + trow * SV + kc_dv + n * 8 + tcol);
           fa_mma(dV[n], pa, bf[0], bf[1]);
           fa_mma(dV[n + 1], pa, bf[2], bf[3]);
         }
         FA_UNROLL
-        for (int n = 0; n < DQK / 8; n += 2) {
+        for (int n = 0; n < B_DKC / 8; n += 2) {
           uint32_t bf[4];
-          fa_ldsm_x4_t(bf, qb + trow * SQK + n * 8 + tcol);
+          fa_ldsm_x4_t(bf, qb + trow * SQK + kc_dk + n * 8 + tcol);
           fa_mma(dK[n], da, bf[0], bf[1]);
           fa_mma(dK[n + 1], da, bf[2], bf[3]);
         }
       }
     }
     if (p.fuse_dq) {
-      /* dS^T to shared memory (zeros from idle warps), then dQ = dS K by row/column
-       * groups of warps, added to global dq with atomics. */
-      FA_UNROLL
-      for (int n = 0; n < B_BM / 8; n++)
+      /* dS^T to shared memory (zeros from idle warps; one warp of each key group), then
+       * dQ = dS K by row/column groups of warps, added to global dq with atomics. */
+      if (warp < B_KG) {
         FA_UNROLL
-        for (int i = 0; i < 2; i++)
-          *(uint32_t *)(sS + (wk0 + g + 8 * i) * SDS + n * 8 + 2 * tg) = fa_pack(DP[n][2 * i], DP[n][2 * i + 1]);
+        for (int n = 0; n < B_BM / 8; n++)
+          FA_UNROLL
+          for (int i = 0; i < 2; i++)
+            *(uint32_t *)(sS + (wk0 + g + 8 * i) * SDS + n * 8 + 2 * tg) = fa_pack(DP[n][2 * i], DP[n][2 * i + 1]);
+      }
       FA_SYNC();
       const int rg = warp % B_RG, cg = warp / B_RG;
       float dQ[B_CW / 8][4];
@@ -290,14 +291,14 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
     float *dk = (float *)p.dk.p + b * p.dk.sb + (K0 + kr) * p.dk.ss + hk * p.dk.sh;
     float *dv = (float *)p.dv.p + b * p.dv.sb + (K0 + kr) * p.dv.ss + hk * p.dv.sh;
     FA_UNROLL
-    for (int n = 0; n < DQK / 8; n++) {
-      dk[n * 8 + 2 * tg] += dK[n][2 * i];
-      dk[n * 8 + 2 * tg + 1] += dK[n][2 * i + 1];
+    for (int n = 0; n < B_DKC / 8; n++) {
+      dk[kc_dk + n * 8 + 2 * tg] += dK[n][2 * i];
+      dk[kc_dk + n * 8 + 2 * tg + 1] += dK[n][2 * i + 1];
     }
     FA_UNROLL
-    for (int n = 0; n < DV / 8; n++) {
-      dv[n * 8 + 2 * tg] += dV[n][2 * i];
-      dv[n * 8 + 2 * tg + 1] += dV[n][2 * i + 1];
+    for (int n = 0; n < B_DVC / 8; n++) {
+      dv[kc_dv + n * 8 + 2 * tg] += dV[n][2 * i];
+      dv[kc_dv + n * 8 + 2 * tg + 1] += dV[n][2 * i + 1];
     }
   }
 }

@@ -1,6 +1,6 @@
 /* common.cuh — what every flash kernel instance includes first: the instance macros
  * checked, dtype-specific primitive names, the tile shapes, tile loads (cp.async with
- * zero fill) and the score transform (scale, softcap, ALiBi) in log2 units.
+ * zero fill) and the mma kernels' per-warp tile classification.
  *
  * An instance .cu defines FA_HDQK, FA_HDV, FA_BF16 (1 bf16, 0 f16), FA_CAUSAL and
  * FA_SUFFIX (e.g. hd128_bf16_causal) and includes fwd_body.cuh or bwd_body.cuh. */
@@ -93,32 +93,6 @@ FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64
     }                                                                                   \
   } while (0)
 
-/* A key tile of a query-major kernel (forward, dQ): local keys [ca, cb). */
-struct fa_ktile {
-  int kt;
-  int ca, cb;
-  int bmv;  /* block-mask verdict over all the CTA's rows */
-  int full; /* every (row, key) pair of the CTA visible */
-};
-
-/* Advances t to the next tile (tiles of bn keys at multiples of bn, clipped to
- * [kc0, kc1)) that the block mask does not exclude; 0 when none is left. lo_last and
- * hi_first: key ranges of the CTA's last and first rows (lo and hi grow with the row). */
-FA_DEV int fa_next_ktile(const fa_params &p, const fa_seg &s, int R0, int rows, int bm, int bn,
-                         int lo_last, int hi_first, int kc0, int kc1, fa_ktile &t) {
-  for (t.kt++; t.kt * bn < kc1; t.kt++) {
-    t.ca = fa_max(t.kt * bn, kc0);
-    t.cb = fa_min((t.kt + 1) * bn, kc1);
-    if (t.ca >= t.cb) continue;
-    t.bmv = fa_bm_verdict(p, s, R0, R0 + rows - 1, t.ca, t.cb - 1);
-    if (t.bmv == 0) continue;
-    t.full = rows == bm && t.cb - t.ca == bn && lo_last <= t.ca && hi_first >= t.cb - 1 &&
-             t.bmv == 1;
-    return 1;
-  }
-  return 0;
-}
-
 /* Key ranges of a query-major CTA (rows [R0, R0 + rows) of one segment) as seen by one
  * thread: the CTA's first and last rows, its warp's first and last rows, the lane's vote
  * row (lane % 16 of the warp) and the thread's two accumulator rows g and g + 8. They do
@@ -182,14 +156,6 @@ FA_DEV int fa_qvisible(const fa_params &p, const fa_seg &s, const fa_qrows &q, i
   int vis = key >= q.lo_r[i] && key <= q.hi_r[i] && key < cb;
   if (vis && p.bm) vis = fa_bm_at(p, q.qblk[i], (key + s.kpos_col0) / p.bk);
   return vis;
-}
-
-/* The softcap / ALiBi transform of a raw dot product x = q.k, to log2 units. */
-FA_DEV float fa_score(const fa_params &p, float x, float alibi2, float dist) {
-  float s = x * p.sc;
-  if (p.cap2 > 0.0f) s = p.cap2 * tanhf(s);
-  if (alibi2 != 0.0f) s -= alibi2 * dist;
-  return s;
 }
 
 #endif

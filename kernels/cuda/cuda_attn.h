@@ -10,11 +10,12 @@
  * kernels/cpu): scores s = scale*q.k, softcap, ALiBi, then the mask; causal bottom-right;
  * sinks once, at finalize; empty rows give O = 0 and LSE = -inf (or the sink).
  *
- * Supported by the kernels: dtype bf16 and f16 (float32 storage returns UNSUPPORTED: use
- * the cpu backend or convert), (Dqk, Dv) pairs built from ATTN_CUDA_HEAD_DIMS (default 64
- * and 128, Dqk == Dv), compute capability 8.0+. Views need 16-byte aligned data and
- * strides that are multiples of 8 elements; float32 views (dq, dk, dv, the state) need
- * 8-byte alignment and even strides. */
+ * Supported by the kernels: dtype bf16 and f16 with the (Dqk, Dv) pairs built from
+ * ATTN_CUDA_HEAD_DIMS (default 64, 128, 256 and 192x128), tensor cores; dtype f32 with any
+ * head dims that are multiples of 8 up to 256, on a slower SIMT path (FFMA, float32
+ * accuracy); compute capability 8.0+. bf16/f16 views need 16-byte aligned data and
+ * strides that are multiples of 8 elements; float32 views (f32 q/k/v/o/dout, dq, dk, dv,
+ * the state) need 8-byte alignment and even strides. */
 #ifndef ATTN_CUDA_ATTN_H
 #define ATTN_CUDA_ATTN_H
 
@@ -55,7 +56,7 @@ typedef struct {
   const uint8_t *block_mask;
   int32_t block_q, block_k;
   int64_t num_q_blocks, num_k_blocks;
-  int32_t dtype; /* attn_dtype: ATTN_BF16 or ATTN_F16 (ATTN_F32 is UNSUPPORTED) */
+  int32_t dtype; /* attn_dtype: ATTN_BF16, ATTN_F16 or ATTN_F32 */
   attn_cuda_view q, k, v; /* q [B,sq,Hq,Dqk], k [B,skv,Hkv,Dqk], v [B,skv,Hkv,Dv] */
 } attn_cuda_problem;
 
@@ -106,7 +107,8 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
                                 int deterministic, void *workspace, size_t workspace_bytes,
                                 void *stream);
 
-/* "64, 128" — the (Dqk[xDv]) head dims this build instantiated. */
+/* "64, 128, 256, 192x128" — the bf16/f16 head dims (D or DqkxDv) this build instantiated
+ * (the float32 kernels take any supported head dims). */
 const char *attn_cuda_head_dims(void);
 
 #ifdef __cplusplus

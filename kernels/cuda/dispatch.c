@@ -1,12 +1,13 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
- * plain switch on (head dim, dtype, causal) to the instance launchers. Plain C: no CUDA
+ * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers. Plain C: no CUDA
  * headers; launch errors come back as cudaError_t values and are worded here. */
 #include <stdint.h>
 #include <string.h>
 
 #include "../../runtime/internal.h"
 #include "instance.h"
+#include "traits.h"
 
 #ifndef ATTN_CUDA_HEAD_DIMS_STR
 #define ATTN_CUDA_HEAD_DIMS_STR "none"
@@ -26,6 +27,14 @@ typedef struct {
   FA_DECLARE_INSTANCE(hd##_bf16_causal)   \
   FA_DECLARE_INSTANCE(hd##_f16)           \
   FA_DECLARE_INSTANCE(hd##_f16_causal)
+/* A case of the switch below: the instance set of head dims (dqk, dv), named hd. */
+#define CASE_SET(dqk, dv, hd)                                     \
+  case PAIR(dqk, dv): {                                           \
+    static const fa_instance set[2][2] = INSTANCE_SET(hd);        \
+    return &set[d][c];                                            \
+  }
+/* (Dqk, Dv) as one switch key; both are below 1024 when it is used. */
+#define PAIR(dqk, dv) ((dqk) * 1024 + (dv))
 
 #ifdef ATTN_CUDA_HD_64
 DECLARE_SET(hd64)
@@ -33,25 +42,42 @@ DECLARE_SET(hd64)
 #ifdef ATTN_CUDA_HD_128
 DECLARE_SET(hd128)
 #endif
+#ifdef ATTN_CUDA_HD_256
+DECLARE_SET(hd256)
+#endif
+#ifdef ATTN_CUDA_HD_192x128
+DECLARE_SET(hd192x128)
+#endif
+
+FA_DECLARE_INSTANCE(f32)
+
+/* float32: one instance (causal and the head dims are read at run time). */
+static int f32_dims_ok(int64_t dqk, int64_t dv) {
+  return dqk >= 8 && dqk <= FA_F32_DMAX && dqk % 8 == 0 && dv >= 8 && dv <= FA_F32_DMAX &&
+         dv % 8 == 0;
+}
 
 static const fa_instance *find_instance(int64_t dqk, int64_t dv, int dtype, int causal) {
   const int d = dtype == ATTN_BF16 ? 0 : 1, c = causal ? 1 : 0;
   (void)d;
   (void)c;
-  switch (dqk) {
+  if (dtype == ATTN_F32) {
+    static const fa_instance f32 = INST(f32);
+    return f32_dims_ok(dqk, dv) ? &f32 : NULL;
+  }
+  if (dqk < 1 || dqk > 1023 || dv < 1 || dv > 1023) return NULL;
+  switch (PAIR(dqk, dv)) {
 #ifdef ATTN_CUDA_HD_64
-    case 64: {
-      static const fa_instance set[2][2] = INSTANCE_SET(hd64);
-      if (dv == 64) return &set[d][c];
-      break;
-    }
+    CASE_SET(64, 64, hd64)
 #endif
 #ifdef ATTN_CUDA_HD_128
-    case 128: {
-      static const fa_instance set[2][2] = INSTANCE_SET(hd128);
-      if (dv == 128) return &set[d][c];
-      break;
-    }
+    CASE_SET(128, 128, hd128)
+#endif
+#ifdef ATTN_CUDA_HD_256
+    CASE_SET(256, 256, hd256)
+#endif
+#ifdef ATTN_CUDA_HD_192x128
+    CASE_SET(192, 128, hd192x128)
 #endif
     default:
       break;
@@ -78,11 +104,7 @@ static attn_status check_view(const char *name, attn_cuda_view v, int is_float) 
 }
 
 static attn_status check_dtype(int dtype) {
-  if (dtype == ATTN_BF16 || dtype == ATTN_F16) return ATTN_OK;
-  if (dtype == ATTN_F32)
-    return attn__fail(ATTN_ERR_UNSUPPORTED,
-                      "dtype=f32 is not supported by the cuda kernels (supported: bf16, f16); "
-                      "convert the tensors to bf16/f16 or use the cpu backend");
+  if (dtype == ATTN_BF16 || dtype == ATTN_F16 || dtype == ATTN_F32) return ATTN_OK;
   return attn__fail(ATTN_ERR_INVALID_ARG, "dtype=%d is not an attn_dtype", dtype);
 }
 
@@ -100,6 +122,11 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
   if (!p) return attn__fail(ATTN_ERR_INVALID_ARG, "problem is NULL");
   ATTN_CHECK(check_dtype(p->dtype));
   if (!find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) {
+    if (p->dtype == ATTN_F32)
+      return attn__fail(ATTN_ERR_UNSUPPORTED,
+                        "head_dim_qk=%lld head_dim_v=%lld: the cuda float32 kernels take head "
+                        "dims that are multiples of 8 from 8 to %d; use the cpu backend",
+                        (long long)p->Dqk, (long long)p->Dv, FA_F32_DMAX);
     if (p->Dqk == p->Dv)
       return attn__fail(ATTN_ERR_UNSUPPORTED,
                         "head_dim=%lld is not supported by the cuda backend (built: %s); "
@@ -107,7 +134,8 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
                         (long long)p->Dqk, ATTN_CUDA_HEAD_DIMS_STR);
     return attn__fail(ATTN_ERR_UNSUPPORTED,
                       "head_dim_qk=%lld with head_dim_v=%lld is not supported by the cuda "
-                      "backend (built: %s, each with Dv == Dqk); use the cpu backend",
+                      "backend (built: %s, as D for Dqk == Dv or DqkxDv); rebuild with "
+                      "-DATTN_CUDA_HEAD_DIMS to add it, or use the cpu backend",
                       (long long)p->Dqk, (long long)p->Dv, ATTN_CUDA_HEAD_DIMS_STR);
   }
   if (p->B < 1 || p->B > 65535 || p->Hq < 1 || p->Hq > 65535 || p->Hkv < 1 || p->Hq % p->Hkv)
@@ -139,9 +167,9 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
                       "block mask sizes block_q=%d block_k=%d num_q_blocks=%lld num_k_blocks=%lld "
                       "must be positive",
                       p->block_q, p->block_k, (long long)p->num_q_blocks, (long long)p->num_k_blocks);
-  ATTN_CHECK(check_view("q", p->q, 0));
-  ATTN_CHECK(check_view("k", p->k, 0));
-  ATTN_CHECK(check_view("v", p->v, 0));
+  ATTN_CHECK(check_view("q", p->q, p->dtype == ATTN_F32));
+  ATTN_CHECK(check_view("k", p->k, p->dtype == ATTN_F32));
+  ATTN_CHECK(check_view("v", p->v, p->dtype == ATTN_F32));
   return check_device();
 }
 
@@ -180,7 +208,7 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
                           int64_t lse_rows, void *workspace, size_t workspace_bytes,
                           void *stream) {
   ATTN_CHECK(attn_cuda_check(p));
-  ATTN_CHECK(check_view("o", o, 0));
+  ATTN_CHECK(check_view("o", o, p->dtype == ATTN_F32));
   if (lse && lse_rows < p->q_row0 + p->sq)
     return attn__fail(ATTN_ERR_INVALID_ARG, "lse_rows=%lld is less than q_row0+sq=%lld",
                       (long long)lse_rows, (long long)(p->q_row0 + p->sq));
@@ -251,7 +279,7 @@ attn_status attn_cuda_finalize(const attn_cuda_problem *p, const attn_state *st,
                       "the problem's B=%lld Hq=%lld Dv=%lld",
                       (long long)st->batch, (long long)st->heads, (long long)st->head_dim_v,
                       (long long)p->B, (long long)p->Hq, (long long)p->Dv);
-  ATTN_CHECK(check_view("o", o, 0));
+  ATTN_CHECK(check_view("o", o, p->dtype == ATTN_F32));
   return launched(attn_cuda__finalize(p, st, o, lse, stream), "state finalize", NULL);
 }
 
@@ -260,8 +288,8 @@ attn_status attn_cuda_bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o,
                                   float *dsinks, void *stream) {
   if (!p) return attn__fail(ATTN_ERR_INVALID_ARG, "problem is NULL");
   ATTN_CHECK(check_dtype(p->dtype));
-  ATTN_CHECK(check_view("o", o, 0));
-  ATTN_CHECK(check_view("dout", dout, 0));
+  ATTN_CHECK(check_view("o", o, p->dtype == ATTN_F32));
+  ATTN_CHECK(check_view("dout", dout, p->dtype == ATTN_F32));
   if (!lse || !delta) return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", !lse ? "lse" : "delta");
   if (p->sinks && p->Hq > 65535)
     return attn__fail(ATTN_ERR_UNSUPPORTED, "Hq=%lld is past the grid limit 65535", (long long)p->Hq);
@@ -275,7 +303,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
                                 int deterministic, void *workspace, size_t workspace_bytes,
                                 void *stream) {
   ATTN_CHECK(attn_cuda_check(p));
-  ATTN_CHECK(check_view("dout", dout, 0));
+  ATTN_CHECK(check_view("dout", dout, p->dtype == ATTN_F32));
   ATTN_CHECK(check_view("dq", dq, 1));
   ATTN_CHECK(check_view("dk", dk, 1));
   ATTN_CHECK(check_view("dv", dv, 1));

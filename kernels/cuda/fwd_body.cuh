@@ -15,7 +15,8 @@
 #define F_WARPS FA_FWD_WARPS
 #define F_THREADS (32 * FA_FWD_WARPS)
 #define F_BM FA_FWD_BM
-#define F_BN FA_FWD_BN
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_SMEM_BYTES ((F_BM * SQK + 2 * F_BN * SQK + 2 * F_BN * SV) * 2)
 
 FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
@@ -75,15 +76,20 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
     }
   }
 
+  /* Q's A fragments of chunk kk (16 columns), from shared memory. */
+#define F_LOAD_Q(frag, kk) fa_ldsm_x4(frag, sQ + (wr0 + (lane & 15)) * SQK + (kk) * 16 + (lane >> 4) * 8)
+#if F_Q_IN_REGS
   uint32_t qf[DQK / 16][4];
+#endif
   for (int it = 0;; it++) {
     fa_cp_wait_all();
     FA_SYNC(); /* tile `it` landed everywhere; buffer (it+1)&1 is free */
+#if F_Q_IN_REGS
     if (it == 0) {
       FA_UNROLL
-      for (int kk = 0; kk < DQK / 16; kk++)
-        fa_ldsm_x4(qf[kk], sQ + (wr0 + (lane & 15)) * SQK + kk * 16 + (lane >> 4) * 8);
+      for (int kk = 0; kk < DQK / 16; kk++) F_LOAD_Q(qf[kk], kk);
     }
+#endif
     if (!have) break;
     fa_ktile nxt = cur;
     const int have_next =
@@ -101,14 +107,21 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
         FA_UNROLL
         for (int e = 0; e < 4; e++) S[n][e] = 0.0f;
       FA_UNROLL
-      for (int kk = 0; kk < DQK / 16; kk++)
+      for (int kk = 0; kk < DQK / 16; kk++) {
+#if F_Q_IN_REGS
+        const uint32_t *qa = qf[kk];
+#else
+        uint32_t qa[4];
+        F_LOAD_Q(qa, kk);
+#endif
         FA_UNROLL
         for (int n = 0; n < F_BN / 8; n += 2) {
           uint32_t bf[4];
           fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(S[n], qf[kk], bf[0], bf[1]);
-          fa_mma(S[n + 1], qf[kk], bf[2], bf[3]);
+          fa_mma(S[n], qa, bf[0], bf[1]);
+          fa_mma(S[n + 1], qa, bf[2], bf[3]);
         }
+      }
       /* Scores to log2 units, masked by select; row maxima over the quad. */
       float mx[2] = {m[0], m[1]};
       const float base[2] = {(float)(q.ipos[0] - ca), (float)(q.ipos[1] - ca)};
@@ -151,6 +164,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
     have = have_next;
   }
 #undef F_LOAD_KV
+#undef F_LOAD_Q
 
   FA_UNROLL
   for (int i = 0; i < 2; i++) {

@@ -1,7 +1,8 @@
 /* geometry.cuh — where the CUDA kernels' tiles fall, shared by every kernel: the kernel
  * parameter block, varlen segments, the visible key range of a query row and its inverse
- * (the query rows that see a key), block-mask verdicts, and the tile tables. The same
- * rules as kernels/cpu/tiles.c, restated for the device (and the emulator). */
+ * (the query rows that see a key), block-mask verdicts, the tile tables and key-tile walk,
+ * and the score transform (scale, softcap, ALiBi, in log2 units) with its derivative. The
+ * same rules as kernels/cpu/tiles.c, restated for the device (and the emulator). */
 #ifndef ATTN_CUDA_GEOMETRY_CUH
 #define ATTN_CUDA_GEOMETRY_CUH
 
@@ -23,6 +24,7 @@ struct fa_params {
   int bq, bk;
   int nqb, nkb;
   attn_cuda_view q, k, v;
+  int hd_qk, hd_v, causal; /* read at run time by the float32 kernels (others: compiled in) */
   /* forward */
   attn_cuda_view o;
   float *lse;
@@ -166,6 +168,53 @@ FA_DEV int fa_get_tile(const fa_params &p, int t, int tile_rows, int extent, fa_
   return out.rows > 0;
 }
 
+/* A key tile of a query-major kernel (forward, dQ): local keys [ca, cb). */
+struct fa_ktile {
+  int kt;
+  int ca, cb;
+  int bmv;  /* block-mask verdict over all the CTA's rows */
+  int full; /* every (row, key) pair of the CTA visible */
+};
+
+/* Advances t to the next tile (tiles of bn keys at multiples of bn, clipped to
+ * [kc0, kc1)) that the block mask does not exclude; 0 when none is left. lo_last and
+ * hi_first: key ranges of the CTA's last and first rows (lo and hi grow with the row). */
+FA_DEV int fa_next_ktile(const fa_params &p, const fa_seg &s, int R0, int rows, int bm, int bn,
+                         int lo_last, int hi_first, int kc0, int kc1, fa_ktile &t) {
+  for (t.kt++; t.kt * bn < kc1; t.kt++) {
+    t.ca = fa_max(t.kt * bn, kc0);
+    t.cb = fa_min((t.kt + 1) * bn, kc1);
+    if (t.ca >= t.cb) continue;
+    t.bmv = fa_bm_verdict(p, s, R0, R0 + rows - 1, t.ca, t.cb - 1);
+    if (t.bmv == 0) continue;
+    t.full = rows == bm && t.cb - t.ca == bn && lo_last <= t.ca && hi_first >= t.cb - 1 &&
+             t.bmv == 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* The softcap / ALiBi transform of a raw dot product x = q.k, to log2 units. */
+FA_DEV float fa_score(const fa_params &p, float x, float alibi2, float dist) {
+  float s = x * p.sc;
+  if (p.cap2 > 0.0f) s = p.cap2 * tanhf(s);
+  if (alibi2 != 0.0f) s -= alibi2 * dist;
+  return s;
+}
+
+/* The score of a raw dot product in log2 units, and d(score)/d(q.k) / scale (softcap). */
+FA_DEV float fa_score_grad(const fa_params &p, float x, float alibi2, float dist, float &dcap) {
+  float s = x * p.sc;
+  dcap = 1.0f;
+  if (p.cap2 > 0.0f) {
+    const float t = tanhf(s);
+    dcap = 1.0f - t * t;
+    s = p.cap2 * t;
+  }
+  if (alibi2 != 0.0f) s -= alibi2 * dist;
+  return s;
+}
+
 /* Common parameter setup of the launchers (host side). */
 static inline fa_params fa_params_make(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
@@ -200,6 +249,9 @@ static inline fa_params fa_params_make(const fa_call *c) {
   p.q = pb->q;
   p.k = pb->k;
   p.v = pb->v;
+  p.hd_qk = (int)pb->Dqk;
+  p.hd_v = (int)pb->Dv;
+  p.causal = pb->causal != 0;
   return p;
 }
 

@@ -1,5 +1,6 @@
 /* instance.h — what the C dispatcher hands to one kernel instance (head dims x dtype x
- * causal, one .cu each) and the helpers in state.cu that instances share. Plain C. */
+ * causal, one .cu each; the float32 instance takes every head dim and both causal modes)
+ * and the helpers in state.cu that instances share. Plain C. */
 #ifndef ATTN_CUDA_INSTANCE_H
 #define ATTN_CUDA_INSTANCE_H
 

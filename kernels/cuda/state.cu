@@ -125,12 +125,19 @@ extern "C" int attn_cuda__state_merge(attn_state *dst, const attn_state *src, vo
   return LAUNCH_STATUS();
 }
 
-FA_DEV float fa_load(const uint16_t *p, int dtype) {
-  return dtype == 1 ? fa_bf16_to_float(*p) : fa_f16_to_float(*p);
+/* Element i of a tensor in attn_dtype `dtype` (0 f32, 1 bf16, 2 f16), as float. */
+FA_DEV float fa_load(const void *p, int64_t i, int dtype) {
+  if (dtype == 0) return ((const float *)p)[i];
+  const uint16_t h = ((const uint16_t *)p)[i];
+  return dtype == 1 ? fa_bf16_to_float(h) : fa_f16_to_float(h);
 }
-FA_DEV void fa_store(uint16_t *p, float v, int dtype) {
+FA_DEV void fa_store(void *p, int64_t i, float v, int dtype) {
+  if (dtype == 0) {
+    ((float *)p)[i] = v;
+    return;
+  }
   uint32_t two = dtype == 1 ? fa_pack_bf16(v, 0.0f) : fa_pack_f16(v, 0.0f);
-  *p = (uint16_t)(two & 0xFFFFu);
+  ((uint16_t *)p)[i] = (uint16_t)(two & 0xFFFFu);
 }
 
 /* One warp per (b, h, row): O = acc / (l + e^(sink - m)) rescaled, LSE = m + log(...). */
@@ -148,8 +155,8 @@ FA_KERNEL_GENERIC fa_finalize_kernel(const float *m, const float *l, const float
     inv = sm / z;
     out = top + logf(z);
   }
-  uint16_t *orow = (uint16_t *)o.p + b * o.sb + i * o.ss + h * o.sh; /* [D] */
-  for (int64_t d = lane; d < D; d += 32) fa_store(orow + d, acc[r * D + d] * inv, dtype);
+  const int64_t orow = b * o.sb + i * o.ss + h * o.sh; /* element of o[b, i, h, 0] */
+  for (int64_t d = lane; d < D; d += 32) fa_store(o.p, orow + d, acc[r * D + d] * inv, dtype);
   if (lane == 0 && lse) lse[r] = out;
 }
 
@@ -170,10 +177,9 @@ FA_KERNEL_GENERIC fa_delta_kernel(attn_cuda_view o, attn_cuda_view dout, int64_t
   const int lane = (int)threadIdx.x % 32;
   if (r >= B * H * S) return;
   const int64_t i = r % S, h = r / S % H, b = r / (S * H);
-  const uint16_t *x = (const uint16_t *)o.p + b * o.sb + i * o.ss + h * o.sh;
-  const uint16_t *y = (const uint16_t *)dout.p + b * dout.sb + i * dout.ss + h * dout.sh;
+  const int64_t x = b * o.sb + i * o.ss + h * o.sh, y = b * dout.sb + i * dout.ss + h * dout.sh;
   float acc = 0.0f;
-  for (int64_t d = lane; d < D; d += 32) acc += fa_load(x + d, dtype) * fa_load(y + d, dtype);
+  for (int64_t d = lane; d < D; d += 32) acc += fa_load(o.p, x + d, dtype) * fa_load(dout.p, y + d, dtype);
   for (int s = 16; s > 0; s /= 2) acc += fa_shfl_xor(acc, s);
   if (lane == 0) delta[r] = acc;
 }

@@ -1,16 +1,34 @@
-/* traits.h — tile shapes of the CUDA flash kernels, as a function of the instance's head
- * dims (FA_HDQK, FA_HDV, defined by the instance .cu before including this).
+/* traits.h — tile shapes of the CUDA flash kernels: the mma kernels' as a function of the
+ * instance's head dims (FA_HDQK, FA_HDV, defined by the instance .cu before including
+ * this), and the float32 SIMT kernels' (at the end).
  *
  * Every warp owns 16 rows of an m16n8k16 tile (queries in the forward and dQ kernels,
  * keys in the dK/dV kernel); shared-memory rows are padded by 8 elements (16 bytes) so
  * that the 8 row addresses of an ldmatrix fall in 8 different bank groups. Shapes were
  * chosen to stay under 255 registers with no spills (checked by cmake/check_spills.cmake)
- * and within 227 KB of shared memory:
+ * and within 227 KB of shared memory (registers: the most over dtype and causal, from
+ * ptxas -v for sm_80 / sm_90a):
  *
- *   kernel   warps  tile (rows x keys)   smem (d=128)   per-thread accumulators (d=128)
- *   fwd        8     128 x 64            104 KB         O 64, S 32, Q fragments 32
- *   dkdv       8     keys 128, q 32/64   118 KB         dK 64, dV 64, S^T 16, dP^T 16
- *   dq         4      64 x 64            104 KB         dQ 64, S 32, dP 32 (Q, dO from smem)
+ *   kernel dims     warps tile (rows x keys)       smem    regs     per-thread accumulators
+ *   fwd    64        8    128 x 64                  54 KB  190/211  O 32, S 32, Q frags 16
+ *   fwd    128       8    128 x 64                 102 KB  253/240  O 64, S 32, Q frags 32
+ *   fwd    192x128   8    128 x 64                 134 KB  250/246  O 64, S 32, Q frags 48
+ *   fwd    256       8    128 x 32, Q from smem    132 KB  254/254  O 128, S 16
+ *   dkdv   64        8    keys 128, q 64            91 KB  242/244  dK 32, dV 32, S^T 32, dP^T 32
+ *   dkdv   128       8    keys 128, q 32           113 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
+ *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  248/250  dK 48, dV 32, S^T 16, dP^T 16
+ *   dkdv   256       8     16 keys), q 32          138 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
+ *   dq     64        4     64 x 64                  54 KB  228/238  dQ 32, S 32, dP 32
+ *   dq     128       4     64 x 64                 102 KB  248/250  dQ 64, S 32, dP 32
+ *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
+ *   dq     256       4     64 x 32                 132 KB  252/254  dQ 128, S 16, dP 16
+ *
+ * Past d = 128 the per-thread accumulators are what decides: at 256 the forward's O takes
+ * 128 registers, so Q is re-read from shared memory per tile and tiles hold 32 keys (64
+ * keys spilled ~100 bytes); dK + dV of one key row would be 256 registers, so two warps
+ * share each 16-key group with half the columns each (64 keys per CTA; both recompute the
+ * group's S^T and dP^T); the dQ kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer
+ * query rows per CTA would not help: 16 is the mma's M.
  *
  * Future work (not in this build): a Hopper path (sm_90a: wgmma with B from shared
  * memory, TMA loads on an mbarrier, warp-specialised producer/consumer warpgroups) for
@@ -22,16 +40,34 @@
 
 #define FA_FWD_WARPS 8
 #define FA_FWD_BM (16 * FA_FWD_WARPS) /* query rows per CTA */
-#define FA_FWD_BN 64                  /* keys per tile */
+/* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
+#define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
+/* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are
+ * read from shared memory for every tile (64 more registers would not fit next to O). */
+#define FA_FWD_Q_IN_REGS(dqk) ((dqk) <= 192)
 
 #define FA_BWD_WARPS 8
-#define FA_BWD_BN (16 * FA_BWD_WARPS) /* keys per CTA */
+/* Warps that share one 16-key group of the dK/dV kernel, each accumulating 1/CSPLIT of
+ * the dK and dV columns: 2 once the two accumulators pass 256 floats a row. */
+#define FA_BWD_CSPLIT(dqk, dv) ((dqk) + (dv) > 256 ? 2 : 1)
+#define FA_BWD_BN(dqk, dv) (16 * FA_BWD_WARPS / FA_BWD_CSPLIT(dqk, dv)) /* keys per CTA */
 /* query rows per inner step of the dK/dV kernel */
 #define FA_BWD_BM(dqk, dv) (((dqk) > 64 || (dv) > 64) ? 32 : 64)
 
 #define FA_DQ_WARPS 4
 #define FA_DQ_BM (16 * FA_DQ_WARPS) /* query rows per CTA of the dQ kernel */
-#define FA_DQ_BN 64                 /* keys per tile */
+/* keys per tile: 32 past d = 128, where dQ alone holds 96-128 registers */
+#define FA_DQ_BN(dqk, dv) (((dqk) > 128 || (dv) > 128) ? 32 : 64)
+
+/* The float32 kernels (SIMT, f32_common.cuh): 8 threads per row, 32 rows (queries, or
+ * keys in the dK/dV kernel) x 32 keys (or query rows) per tile, head dims up to 256 read
+ * at run time; accumulators 32 floats a thread per [row][D] tensor. ptxas (sm_80/90a):
+ * fwd 108/108 registers, dkdv 178/182, dq 109/108, no spills; shared memory sized at
+ * launch, at D = 256: fwd 103 KB, dkdv 140 KB, dq 136 KB (29, 37, 36 KB at D = 64). */
+#define FA_F32_WARPS 8
+#define FA_F32_TPR 8
+#define FA_F32_BN 32
+#define FA_F32_DMAX 256
 
 /* Varlen tile tables are sized for tiles of at least this many rows. */
 #define FA_MIN_TILE 16

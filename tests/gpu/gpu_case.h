@@ -1,8 +1,9 @@
 /* gpu_case.h — the CUDA-kernels-vs-oracle harness: describe a case, generate bf16/f16
- * inputs, run the attn_cuda_* launchers on poisoned device outputs, compute the float64
- * oracle (kernels/ref) and a naive same-precision reference on the host, and judge by
- * FlashAttention's rule: error <= 2 x the naive error + a tiny atol. Device memory goes
- * through td_* (gpu_device.h), so the same harness runs on a GPU or on the emulator. */
+ * (or float32) inputs, run the attn_cuda_* launchers on poisoned device outputs, compute
+ * the float64 oracle (kernels/ref) and a naive same-precision reference on the host, and
+ * judge bf16/f16 by FlashAttention's rule (error <= 2 x the naive error + a tiny atol),
+ * float32 like the CPU backend (relative to max|ref|). Device memory goes through td_*
+ * (gpu_device.h), so the same harness runs on a GPU or on the emulator. */
 #ifndef ATTN_GPU_CASE_H
 #define ATTN_GPU_CASE_H
 
@@ -15,8 +16,9 @@
 typedef struct {
   const char *name;
   int64_t B, Sq, Skv; /* ignored with varlen (B = 1, lengths from lq / lkv) */
-  int Hq, Hkv, D;     /* Dqk = Dv = D */
-  int dtype;          /* ATTN_BF16 or ATTN_F16 */
+  int Hq, Hkv, D;     /* Dqk = D */
+  int Dv;             /* 0: D */
+  int dtype;          /* ATTN_BF16, ATTN_F16 or ATTN_F32 */
   int causal;
   int window; /* on: wl, wr (each -1 = unbounded side) */
   int64_t wl, wr;
@@ -34,20 +36,21 @@ typedef struct {
 
 typedef struct {
   gc_case c;
-  int64_t B, Sq, Skv, Hq, Hkv, D;
+  int64_t B, Sq, Skv, Hq, Hkv, D, Dv; /* D = Dqk */
   attn_spec spec; /* host pointers, for the oracle */
   attn_block_mask bm;
   uint8_t *mask;
   int32_t *cu_q, *cu_kv;
   float *sinks, *alibi;     /* [Hq] */
-  float *q, *k, *v, *dout;  /* [B,S,H,D], values exactly representable in the dtype */
+  float *q, *k;             /* [B,S,H,D], values exactly representable in the dtype */
+  float *v, *dout;          /* [B,S,H,Dv] */
   uint8_t *vis;             /* [Sq][Skv] visibility (same for every batch and head) */
   /* device copies */
   void *dq_in, *dk_in, *dv_in, *ddo;
   float *d_sinks, *d_alibi;
   int32_t *d_cu_q, *d_cu_kv;
   uint8_t *d_mask;
-  void *d_o;     /* forward output [B,Sq,Hq,D] in the dtype (device layout) */
+  void *d_o;     /* forward output [B,Sq,Hq,Dv] in the dtype (device layout) */
   float *d_lse;  /* [B,Hq,Sq] */
   void *d_ws;
   size_t ws_bytes;
@@ -58,12 +61,16 @@ typedef struct {
 } gc_prob;
 
 typedef struct {
-  float *o, *lse, *dq, *dk, *dv, *ds; /* host, gathered to [B,S,H,D]; lse [B,Hq,Sq] */
+  float *o, *lse, *dq, *dk, *dv, *ds; /* host, gathered to [B,S,H,D or Dv]; lse [B,Hq,Sq] */
 } gc_out;
 
-int64_t gc_n_q(const gc_prob *P);
-int64_t gc_n_k(const gc_prob *P);
+int64_t gc_n_q(const gc_prob *P); /* elements of q, dq */
+int64_t gc_n_o(const gc_prob *P); /* of o, dout */
+int64_t gc_n_k(const gc_prob *P); /* of k, dk */
+int64_t gc_n_v(const gc_prob *P); /* of v, dv */
 int64_t gc_n_lse(const gc_prob *P);
+/* Bytes of one element of the case's dtype on the device. */
+size_t gc_elem_bytes(const gc_prob *P);
 
 void gc_init(gc_prob *P, const gc_case *c);
 void gc_free(gc_prob *P);
@@ -73,11 +80,13 @@ void gc_describe(const gc_case *c, char *buf, size_t n);
 void gc_sync(gc_prob *P);
 
 /* A device view of tensor [B, S, H, D] stored at p in the case's memory order. */
-attn_cuda_view gc_view(const gc_prob *P, void *p, int64_t S, int64_t H);
-/* Downloads a device tensor (dtype bits, case order) to host floats [B,S,H,D]. */
-void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, float *out);
+attn_cuda_view gc_view(const gc_prob *P, void *p, int64_t S, int64_t H, int64_t D);
+/* Downloads a device tensor (the dtype, case order) to host floats [B,S,H,D]. */
+void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, int64_t D,
+                       float *out);
 /* Downloads a float32 device tensor (case order) to host [B,S,H,D]. */
-void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, float *out);
+void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, int64_t D,
+                     float *out);
 
 /* One-shot forward into P->d_o / P->d_lse (poisoned first); out->o, out->lse. */
 attn_status gc_fwd(gc_prob *P, gc_out *out);
@@ -85,7 +94,8 @@ attn_status gc_fwd(gc_prob *P, gc_out *out);
 attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic);
 /* Oracle and naive references. */
 void gc_ref(gc_prob *P, int bwd);
-/* Judges out against the references by the 2x rule; prints the case on failure.
+/* Judges out against the references (bf16/f16: the 2x rule; float32: relative to
+ * max|ref| as the CPU backend's tests do); prints the case on failure.
  * Returns 1 when everything passes. */
 int gc_check(gc_prob *P, const gc_out *out, int bwd, const char *tag);
 /* One tensor: got vs the oracle ref, with naive the same-precision reference. */
@@ -96,7 +106,7 @@ int gc_judge(const char *what, const float *got, const double *ref, const float 
 int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
                  int64_t n, const int64_t *dims, double extra);
 
-/* float -> nearest bf16 / f16 (bits), and back. */
+/* float -> nearest bf16 / f16 (bits), and back; gc_round is the identity for float32. */
 uint16_t gc_to_bits(float x, int dtype);
 float gc_from_bits(uint16_t h, int dtype);
 float gc_round(float x, int dtype);

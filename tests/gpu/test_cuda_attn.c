@@ -3,7 +3,9 @@
  * and varlen, the block API (chained / merged / split rows == one shot), empty rows and
  * NaN/Inf in unseen keys, deterministic backward bitwise repeatable, unsupported inputs.
  * bf16/fp16 judged by the 2x same-precision rule. Exits 77 when there is no device.
- * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick (one ctest each).
+ * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32
+ * (one ctest each; dims: head dim 256 and (Dqk, Dv) = (192, 128) on small shapes; f32: the
+ * float32 SIMT kernels, judged against float32 tolerances).
  * Built twice: on the CUDA runtime, and on the emulator (smaller cases) for CPU-only CI. */
 #include <math.h>
 #include <stdlib.h>
@@ -14,9 +16,13 @@
 static uint64_t next_seed = 1;
 static int E; /* emulated: fewer, smaller cases */
 
-static int have_dim(int d) {
-  char want[16];
-  snprintf(want, sizeof want, "%d", d);
+/* 1 when this build has kernels for the case's head dims and dtype. */
+static int have_dims(const gc_case *c) {
+  char want[24];
+  const int dv = c->Dv ? c->Dv : c->D;
+  if (c->dtype == ATTN_F32) return 1; /* any multiple of 8 up to 256, always built */
+  if (dv == c->D) snprintf(want, sizeof want, "%d", c->D);
+  else snprintf(want, sizeof want, "%dx%d", c->D, dv);
   const char *s = attn_cuda_head_dims();
   for (const char *p = strstr(s, want); p; p = strstr(p + 1, want)) {
     const int before = p == s || p[-1] == ' ' || p[-1] == ',';
@@ -35,7 +41,7 @@ static void expect_ok(attn_status st, const char *what, const gc_case *c) {
 
 /* Forward (and backward) of one case against the references. */
 static void run(gc_case c, int bwd) {
-  if (!have_dim(c.D)) return;
+  if (!have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
@@ -61,13 +67,15 @@ static void sweep_shapes(int bwd) {
                                      {129, 127}, {128, 128}, {113, 203}, {203, 113}, {239, 1},
                                      {1, 239},   {2, 130},  {257, 255}};
   static const int64_t emu_sizes[][2] = {{1, 1}, {65, 63}, {129, 127}, {1, 130}, {130, 2}};
-  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  /* (Dqk, Dv); the emulator runs the first two here and the others in the "dims" part */
+  static const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]), nd = E ? 2 : 4;
   for (int i = 0; i < n; i++)
     for (int causal = 0; causal < 2; causal++)
-      for (int di = 0; di < 2; di++) {
+      for (int di = 0; di < nd; di++) {
         gc_case c = {.name = "shape", .B = 2, .Sq = E ? emu_sizes[i][0] : sizes[i][0],
                      .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = 3, .Hkv = 1,
-                     .D = di ? 128 : 64, .causal = causal, .bhsd = i & 1};
+                     .D = dims[di][0], .Dv = dims[di][1], .causal = causal, .bhsd = i & 1};
         if (E && di && i > 2) continue;
         c.dtype = ((i + causal + di) & 1) ? ATTN_F16 : ATTN_BF16;
         run(c, bwd);
@@ -186,11 +194,99 @@ static void sweep_masks(void) {
                 .lkv = many_kv, .causal = 1, .dtype = ATTN_BF16}, 1);
 }
 
+/* ---- the wider head dims: 256 and (Dqk, Dv) = (192, 128) ------------------------------
+ * Their own part so that the emulator runs them on small shapes: around their tiles
+ * (fewer keys per backward CTA at 256), GQA, varlen, every mask flag in a few
+ * combinations, NaN/Inf in unseen keys, the block API (in check_block). */
+static void run_empty(gc_case c, int expect);
+static void run_hot(gc_case c);
+static void check_block_case(gc_case c);
+enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
+
+static void sweep_wide_dims(void) {
+  static const int dims[][2] = {{256, 256}, {192, 128}};
+  static const int64_t sizes[][2] = {{1, 1}, {63, 65}, {65, 129}, {129, 63}, {31, 33}};
+  static const int32_t lq[] = {40, 1, 30}, lkv[] = {33, 65, 20};
+  for (int di = 0; di < 2; di++) {
+    const int D = dims[di][0], Dv = dims[di][1];
+    for (int i = 0; i < (E ? 4 : 5); i++)
+      for (int causal = 0; causal < 2; causal++) {
+        gc_case c = {.name = "wide shape", .B = 1, .Sq = sizes[i][0], .Skv = sizes[i][1],
+                     .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .causal = causal, .bhsd = i & 1,
+                     .dtype = ((i + causal + di) & 1) ? ATTN_F16 : ATTN_BF16};
+        run(c, 1);
+      }
+    /* flag combinations: window + sinks, ALiBi + softcap + varlen, block mask + GQA */
+    run((gc_case){.name = "wide window sinks", .B = 2, .Sq = 70, .Skv = 90, .Hq = 2, .Hkv = 2,
+                  .D = D, .Dv = Dv, .window = 1, .wl = 20, .wr = 5, .sinks = 1,
+                  .dtype = ATTN_BF16}, 1);
+    run((gc_case){.name = "wide varlen alibi softcap", .Hq = 3, .Hkv = 1, .D = D, .Dv = Dv,
+                  .nseq = 3, .lq = lq, .lkv = lkv, .causal = 1, .alibi = 1, .softcap = 1.5f,
+                  .amp = 2.0, .dtype = ATTN_F16}, 1);
+    run((gc_case){.name = "wide block mask GQA", .B = 1, .Sq = 80, .Skv = 100, .Hq = 4, .Hkv = 2,
+                  .D = D, .Dv = Dv, .bq = 32, .bk = 16, .causal = di, .dtype = ATTN_BF16}, 1);
+    run_empty((gc_case){.name = "wide empty rows", .B = 1, .Sq = 90, .Skv = 40, .Hq = 2,
+                        .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .sinks = di,
+                        .dtype = di ? ATTN_F16 : ATTN_BF16}, EXPECT_EMPTY_ROWS);
+    check_block_case((gc_case){.name = "wide block API", .B = 1, .Sq = 50, .Skv = 70, .Hq = 2,
+                               .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .sinks = 1,
+                               .dtype = ATTN_BF16});
+    if (E) continue;
+    both_dtypes((gc_case){.name = "wide big", .B = 1, .Sq = 700, .Skv = 1030, .Hq = 2, .Hkv = 1,
+                          .D = D, .Dv = Dv, .causal = 1}, 1);
+  }
+}
+
+/* ---- float32 (the SIMT kernels): head dims at run time, every feature --------------------
+ * Tiles are 32 rows x 32 keys; head dims any multiple of 8 up to 256, Dqk != Dv too. Judged
+ * like the CPU backend: relative to max|ref| (gc_check). */
+static void sweep_f32(void) {
+  static const int dims[][2] = {{64, 64}, {40, 40}, {256, 256}, {192, 128}, {8, 72}, {128, 128}};
+  static const int64_t sizes[][2] = {{1, 1}, {31, 33}, {33, 31}, {65, 64}, {2, 97}, {100, 3}};
+  static const int32_t lq[] = {40, 1, 31}, lkv[] = {33, 65, 0};
+  for (int di = 0; di < 6; di++)
+    for (int i = 0; i < 6; i++) {
+      gc_case c = {.name = "f32 shape", .B = 1 + (i & 1), .Sq = sizes[i][0], .Skv = sizes[i][1],
+                   .Hq = 3, .Hkv = (i % 3) ? 1 : 3, .D = dims[di][0], .Dv = dims[di][1],
+                   .causal = (i + di) & 1, .bhsd = i == 2, .dtype = ATTN_F32};
+      run(c, 1);
+    }
+  /* every flag on and off, in combinations over one shape (as sweep_flags) */
+  for (int m = 0; m < 128; m++) { /* cheap on the emulator too: few warp collectives */
+    gc_case c = {.name = "f32 flags", .B = 1, .Sq = 70, .Skv = 72, .Hq = 4, .Hkv = 2,
+                 .D = (m & 8) ? 32 : 64, .Dv = (m & 16) ? 48 : 64, .bhsd = (m >> 1) & 1,
+                 .dtype = ATTN_F32, .causal = m & 1};
+    if (m & 2) c.window = 1, c.wl = (m & 64) ? 20 : 45, c.wr = (m & 1) ? -1 : 13;
+    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+    c.sinks = (m >> 3) & 1;
+    c.alibi = (m >> 4) & 1;
+    if (m & 32) c.nseq = 3, c.lq = lq, c.lkv = lkv, c.Sq = 72, c.Skv = 98;
+    if (m & 64) c.bq = 16, c.bk = 24, c.mask_short = m & 1;
+    run(c, 1);
+  }
+  run_empty((gc_case){.name = "f32 empty rows", .B = 1, .Sq = 70, .Skv = 40, .Hq = 2, .Hkv = 1,
+                      .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_F32}, EXPECT_EMPTY_ROWS);
+  run_empty((gc_case){.name = "f32 unseen keys", .B = 1, .Sq = 40, .Skv = 130, .Hq = 1, .Hkv = 1,
+                      .D = 96, .Dv = 32, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
+                      .dtype = ATTN_F32}, EXPECT_UNSEEN_KEYS);
+  run_hot((gc_case){.name = "f32 hot causal", .B = 1, .Sq = 70, .Skv = 70, .Hq = 2, .Hkv = 1,
+                    .D = 64, .causal = 1, .dtype = ATTN_F32});
+  check_block_case((gc_case){.name = "f32 block API", .B = 2, .Sq = 50, .Skv = 75, .Hq = 2,
+                             .Hkv = 1, .D = 72, .Dv = 40, .causal = 1, .sinks = 1, .alibi = 1,
+                             .dtype = ATTN_F32});
+  check_block_case((gc_case){.name = "f32 block API varlen", .Hq = 2, .Hkv = 2, .D = 256,
+                             .nseq = 3, .lq = lq, .lkv = lkv, .window = 1, .wl = 9, .wr = 4,
+                             .dtype = ATTN_F32});
+  if (E) return;
+  run((gc_case){.name = "f32 big", .B = 1, .Sq = 700, .Skv = 1030, .Hq = 2, .Hkv = 1, .D = 128,
+                .causal = 1, .dtype = ATTN_F32}, 1);
+}
+
 /* ---- the block API ------------------------------------------------------------------- */
 static void *alloc_state(attn_state *st, const gc_prob *P, int64_t rows) {
   const int64_t n = P->B * P->Hq * rows;
-  float *buf = td_alloc((size_t)(n * (2 + P->D)) * 4);
-  attn_state s = {buf, buf + n, buf + 2 * n, P->B, P->Hq, rows, P->D};
+  float *buf = td_alloc((size_t)(n * (2 + P->Dv)) * 4);
+  attn_state s = {buf, buf + n, buf + 2 * n, P->B, P->Hq, rows, P->Dv};
   *st = s;
   expect_ok(attn_cuda_state_init(st, NULL), "attn_cuda_state_init", &P->c);
   return buf;
@@ -203,9 +299,10 @@ static attn_cuda_problem block_problem(const gc_prob *P, int64_t q0, int64_t q1,
   b.skv = k1 - k0;
   b.q_row0 = b.q_pos0 = q0;
   b.k_pos0 = k0;
-  b.q.p = (uint16_t *)b.q.p + q0 * b.q.ss;
-  b.k.p = (uint16_t *)b.k.p + k0 * b.k.ss;
-  b.v.p = (uint16_t *)b.v.p + k0 * b.v.ss;
+  const size_t e = gc_elem_bytes(P);
+  b.q.p = (char *)b.q.p + q0 * b.q.ss * e;
+  b.k.p = (char *)b.k.p + k0 * b.k.ss * e;
+  b.v.p = (char *)b.v.p + k0 * b.v.ss * e;
   return b;
 }
 
@@ -213,7 +310,7 @@ static attn_cuda_problem block_problem(const gc_prob *P, int64_t q0, int64_t q1,
  * gives: within twice the naive same-precision error (the 2x rule's scale). */
 static void same_as_one_shot(gc_prob *P, const gc_out *chained, const gc_out *one) {
   if (!P->ro) gc_ref(P, 0);
-  const int64_t n = gc_n_q(P), nl = gc_n_lse(P);
+  const int64_t n = gc_n_o(P), nl = gc_n_lse(P);
   double err_o = 0, err_l = 0, naive_o = 0, naive_l = 0, max_o = 0, max_l = 0;
   for (int64_t x = 0; x < n; x++) {
     err_o = fmax(err_o, fabs((double)chained->o[x] - one->o[x]));
@@ -238,7 +335,7 @@ static void same_as_one_shot(gc_prob *P, const gc_out *chained, const gc_out *on
 }
 
 static void check_block_case(gc_case c) {
-  if (!have_dim(c.D)) return;
+  if (!have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0}, one = {0};
@@ -261,38 +358,39 @@ static void check_block_case(gc_case c) {
     }
   }
   expect_ok(attn_cuda_state_merge(&a, &b, NULL), "attn_cuda_state_merge", &c);
-  td_memset(P.d_o, 0xFF, (size_t)gc_n_q(&P) * 2);
+  td_memset(P.d_o, 0xFF, (size_t)gc_n_o(&P) * gc_elem_bytes(&P));
   td_memset(P.d_lse, 0xFF, (size_t)gc_n_lse(&P) * 4);
-  expect_ok(attn_cuda_finalize(&P.pb, &a, gc_view(&P, P.d_o, P.Sq, P.Hq), P.d_lse, NULL),
+  expect_ok(attn_cuda_finalize(&P.pb, &a, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
             "attn_cuda_finalize", &c);
   td_sync();
-  out.o = tu_alloc((size_t)gc_n_q(&P) * 4);
+  out.o = tu_alloc((size_t)gc_n_o(&P) * 4);
   out.lse = tu_alloc((size_t)gc_n_lse(&P) * 4);
-  gc_download_elems(&P, P.d_o, P.Sq, P.Hq, out.o);
+  gc_download_elems(&P, P.d_o, P.Sq, P.Hq, P.Dv, out.o);
   td_download(out.lse, P.d_lse, (size_t)gc_n_lse(&P) * 4);
   gc_check(&P, &out, 0, "chained fwd_block + merge + finalize");
   same_as_one_shot(&P, &out, &one);
 
   /* backward over the same key blocks and q halves, accumulating into one dq/dk/dv */
-  const int64_t nq = gc_n_q(&P), nk = gc_n_k(&P), nl = gc_n_lse(&P);
-  float *dq = td_alloc((size_t)nq * 4), *dk = td_alloc((size_t)nk * 4), *dv = td_alloc((size_t)nk * 4);
+  const int64_t nq = gc_n_q(&P), nk = gc_n_k(&P), nv = gc_n_v(&P), nl = gc_n_lse(&P);
+  float *dq = td_alloc((size_t)nq * 4), *dk = td_alloc((size_t)nk * 4), *dv = td_alloc((size_t)nv * 4);
   float *delta = td_alloc((size_t)nl * 4), *ds = td_alloc((size_t)P.Hq * 4);
   td_memset(dq, 0, (size_t)nq * 4);
   td_memset(dk, 0, (size_t)nk * 4);
-  td_memset(dv, 0, (size_t)nk * 4);
+  td_memset(dv, 0, (size_t)nv * 4);
   td_memset(ds, 0, (size_t)P.Hq * 4);
-  const attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq), dO = gc_view(&P, P.ddo, P.Sq, P.Hq);
+  const attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv);
+  const attn_cuda_view dO = gc_view(&P, P.ddo, P.Sq, P.Hq, P.Dv);
   expect_ok(attn_cuda_bwd_prepare(&P.pb, o, dO, P.d_lse, delta, P.sinks ? ds : NULL, NULL),
             "attn_cuda_bwd_prepare", &c);
-  const attn_cuda_view vq = gc_view(&P, dq, P.Sq, P.Hq), vk = gc_view(&P, dk, P.Skv, P.Hkv),
-                       vv = gc_view(&P, dv, P.Skv, P.Hkv);
+  const attn_cuda_view vq = gc_view(&P, dq, P.Sq, P.Hq, P.D), vk = gc_view(&P, dk, P.Skv, P.Hkv, P.D),
+                       vv = gc_view(&P, dv, P.Skv, P.Hkv, P.Dv);
   for (int qi = 0; qi < 2; qi++)
     for (int ki = 0; ki < 3; ki++) {
       if (qs[qi] == qs[qi + 1] || ks[ki] == ks[ki + 1]) continue;
       attn_cuda_problem bp = block_problem(&P, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1]);
       attn_cuda_view bq = vq, bk = vk, bv = vv, bo = dO;
       bq.p = (float *)bq.p + qs[qi] * bq.ss;
-      bo.p = (uint16_t *)bo.p + qs[qi] * bo.ss;
+      bo.p = (char *)bo.p + qs[qi] * bo.ss * gc_elem_bytes(&P);
       bk.p = (float *)bk.p + ks[ki] * bk.ss;
       bv.p = (float *)bv.p + ks[ki] * bv.ss;
       expect_ok(attn_cuda_bwd_block(&bp, bo, P.d_lse, delta, P.Sq, bq, bk, bv, (qi + ki) & 1,
@@ -302,11 +400,11 @@ static void check_block_case(gc_case c) {
   td_sync();
   out.dq = tu_alloc((size_t)nq * 4);
   out.dk = tu_alloc((size_t)nk * 4);
-  out.dv = tu_alloc((size_t)nk * 4);
+  out.dv = tu_alloc((size_t)nv * 4);
   out.ds = tu_alloc((size_t)P.Hq * 4 + 4);
-  gc_download_f32(&P, dq, P.Sq, P.Hq, out.dq);
-  gc_download_f32(&P, dk, P.Skv, P.Hkv, out.dk);
-  gc_download_f32(&P, dv, P.Skv, P.Hkv, out.dv);
+  gc_download_f32(&P, dq, P.Sq, P.Hq, P.D, out.dq);
+  gc_download_f32(&P, dk, P.Skv, P.Hkv, P.D, out.dk);
+  gc_download_f32(&P, dv, P.Skv, P.Hkv, P.Dv, out.dv);
   td_download(out.ds, ds, (size_t)P.Hq * 4);
   gc_check(&P, &out, 1, "blocked bwd_prepare + bwd_block");
   void *bufs[] = {ba, bb, dq, dk, dv, delta, ds};
@@ -332,10 +430,9 @@ static void check_block(void) {
 }
 
 /* ---- empty rows, NaN/Inf in unseen keys, hot keys ------------------------------------ */
-enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
 
 static void run_empty(gc_case c, int expect) {
-  if (!have_dim(c.D)) return;
+  if (!have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
@@ -352,11 +449,10 @@ static void run_empty(gc_case c, int expect) {
     if (seen) continue;
     planted++;
     for (int64_t b = 0; b < P.B; b++)
-      for (int64_t h = 0; h < P.Hkv; h++)
-        for (int64_t d = 0; d < P.D; d++) {
-          P.k[((b * P.Skv + j) * P.Hkv + h) * P.D + d] = (j & 1) ? NAN : -INFINITY;
-          P.v[((b * P.Skv + j) * P.Hkv + h) * P.D + d] = (j & 1) ? INFINITY : NAN;
-        }
+      for (int64_t h = 0; h < P.Hkv; h++) {
+        for (int64_t d = 0; d < P.D; d++) P.k[((b * P.Skv + j) * P.Hkv + h) * P.D + d] = (j & 1) ? NAN : -INFINITY;
+        for (int64_t d = 0; d < P.Dv; d++) P.v[((b * P.Skv + j) * P.Hkv + h) * P.Dv + d] = (j & 1) ? INFINITY : NAN;
+      }
   }
   gc_sync(&P);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
@@ -372,10 +468,8 @@ static void run_empty(gc_case c, int expect) {
           const float L = out.lse[(b * P.Hq + h) * P.Sq + i];
           bad += P.sinks ? !(fabsf(L - P.sinks[h]) <= 0x1p-22f * fabsf(P.sinks[h]) + 1e-7f)
                          : !(isinf(L) && L < 0);
-          for (int64_t d = 0; d < P.D; d++) {
-            bad += out.o[((b * P.Sq + i) * P.Hq + h) * P.D + d] != 0.0f;
-            bad += out.dq[((b * P.Sq + i) * P.Hq + h) * P.D + d] != 0.0f;
-          }
+          for (int64_t d = 0; d < P.Dv; d++) bad += out.o[((b * P.Sq + i) * P.Hq + h) * P.Dv + d] != 0.0f;
+          for (int64_t d = 0; d < P.D; d++) bad += out.dq[((b * P.Sq + i) * P.Hq + h) * P.D + d] != 0.0f;
         }
     }
     char desc[600];
@@ -393,7 +487,7 @@ static void run_empty(gc_case c, int expect) {
  * +inf exactly where the mask must win (see tests/test_empty.c). bf16 only: f16 cannot
  * hold the 1e30 key. */
 static void run_hot(gc_case c) {
-  if (!have_dim(c.D)) return;
+  if (!have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
@@ -454,10 +548,12 @@ static void check_det(void) {
                    .Hkv = 2, .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
                   {.name = "det varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3,
                    .lq = (const int32_t[]){90, 1, 70}, .lkv = (const int32_t[]){60, 50, 100},
-                   .alibi = 1, .dtype = ATTN_F16}};
+                   .alibi = 1, .dtype = ATTN_F16},
+                  {.name = "det f32", .B = 1, .Sq = 80, .Skv = 100, .Hq = 4, .Hkv = 1, .D = 64,
+                   .Dv = 32, .causal = 1, .sinks = 1, .dtype = ATTN_F32}};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     gc_case c = cs[i];
-    if (!have_dim(c.D)) continue;
+    if (!have_dims(&c)) continue;
     c.seed = next_seed++;
     gc_prob P;
     gc_out a = {0}, b = {0}, f = {0};
@@ -466,9 +562,9 @@ static void check_det(void) {
     expect_ok(gc_bwd(&P, &a, 1), "attn_cuda_bwd deterministic", &c);
     expect_ok(gc_bwd(&P, &b, 1), "attn_cuda_bwd deterministic", &c);
     expect_ok(gc_bwd(&P, &f, 0), "attn_cuda_bwd", &c);
-    const int64_t nq = gc_n_q(&P), nk = gc_n_k(&P);
+    const int64_t nq = gc_n_q(&P), nk = gc_n_k(&P), nv = gc_n_v(&P);
     TU_CHECK(!memcmp(a.dq, b.dq, (size_t)nq * 4) && !memcmp(a.dk, b.dk, (size_t)nk * 4) &&
-                 !memcmp(a.dv, b.dv, (size_t)nk * 4) && !memcmp(a.ds, b.ds, (size_t)P.Hq * 4),
+                 !memcmp(a.dv, b.dv, (size_t)nv * 4) && !memcmp(a.ds, b.ds, (size_t)P.Hq * 4),
              "deterministic backward differs between two runs (%s)", c.name);
     /* the atomic (fused) dQ agrees with the deterministic one up to summation order */
     double worst = 0, maxabs = 0;
@@ -478,7 +574,7 @@ static void check_det(void) {
     }
     TU_CHECK(worst <= 1e-5 * maxabs + 1e-7, "atomic dQ vs deterministic dQ: %.3e (max %.3e) in %s",
              worst, maxabs, c.name);
-    TU_CHECK(!memcmp(a.dk, f.dk, (size_t)nk * 4) && !memcmp(a.dv, f.dv, (size_t)nk * 4),
+    TU_CHECK(!memcmp(a.dk, f.dk, (size_t)nk * 4) && !memcmp(a.dv, f.dv, (size_t)nv * 4),
              "dK/dV differ between the atomic and deterministic paths (%s)", c.name);
     gc_check(&P, &a, 1, "deterministic");
     gc_out_free(&a);
@@ -501,10 +597,25 @@ static void check_api(void) {
                .dtype = ATTN_BF16, .seed = 99};
   gc_prob P;
   gc_init(&P, &c);
-  attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq);
+  attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv);
   attn_cuda_problem p = P.pb;
   p.dtype = ATTN_F32;
-  expect_fail(attn_cuda_fwd(&p, o, NULL, 0, NULL, 0, NULL), ATTN_ERR_UNSUPPORTED, "f32", "f32 input");
+  p.Dqk = p.Dv = 12;
+  expect_fail(attn_cuda_fwd(&p, o, NULL, 0, NULL, 0, NULL), ATTN_ERR_UNSUPPORTED, "multiples of 8",
+              "f32 head dim 12");
+  p.Dqk = p.Dv = 264;
+  expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "multiples of 8", "f32 head dim 264");
+  p.Dqk = 200;
+  p.Dv = 56;
+  expect_fail(attn_cuda_check(&p), ATTN_OK, "", "f32 head dims 200x56");
+  p = P.pb;
+  p.Dqk = 192;
+  p.Dv = 128;
+  expect_fail(attn_cuda_check(&p), have_dims(&(gc_case){.D = 192, .Dv = 128}) ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
+              "head_dim_v=128", "192x128");
+  p.Dqk = 128;
+  p.Dv = 64;
+  expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "head_dim_v=64", "128x64 (not built)");
   p = P.pb;
   p.Dqk = p.Dv = 96;
   expect_fail(attn_cuda_check(&p), ATTN_ERR_UNSUPPORTED, "head_dim=96", "head dim 96");
@@ -563,8 +674,10 @@ int main(int argc, char **argv) {
   else if (!strcmp(part, "det")) check_det();
   else if (!strcmp(part, "api")) check_api();
   else if (!strcmp(part, "quick")) quick();
+  else if (!strcmp(part, "dims")) sweep_wide_dims();
+  else if (!strcmp(part, "f32")) sweep_f32();
   else {
-    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick)\n", part);
+    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32)\n", part);
     return 2;
   }
   char name[64];

@@ -1,6 +1,7 @@
 /* test_cuda_runtime.c — the public API on a CUDA context (backend selection, validation,
  * the runtime adapter) against the CPU backend on the same bf16-rounded inputs: attn_fwd,
- * attn_bwd and the block API. Exits 77 when no CUDA device is visible. */
+ * attn_bwd and the block API, in bf16 and in float32 (the SIMT kernels). Exits 77 when no
+ * CUDA device is visible. */
 #include "attnrun.h"
 
 #include <cuda_runtime.h>
@@ -48,6 +49,14 @@ static float *rand_pair(size_t n, unsigned seed, uint16_t **dev) {
   cudaMemcpy(*dev, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice);
   free(b);
   return h;
+}
+
+/* A device copy of n host floats. */
+static float *dev_copy(const float *h, size_t n) {
+  float *d = NULL;
+  cudaMalloc((void **)&d, n * sizeof(float));
+  cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  return d;
 }
 
 static attn_tensor dev_tensor(void *p, attn_dtype t, int64_t b, int64_t s, int64_t h, int64_t d) {
@@ -157,7 +166,34 @@ int main(void) {
     EXPECT(eo < 1.6e-2 && el < 1e-3, "forward off: O %.2e LSE %.2e", eo, el);
     EXPECT(eq < 3e-2 && ek < 3e-2 && ev < 3e-2, "backward off: %.2e %.2e %.2e", eq, ek, ev);
 
-    /* Validation on the CUDA context: float32 inputs are not taken, host tensors neither. */
+    /* float32 device tensors on the CUDA context: the same inputs, float32 accuracy. */
+    float *fq = dev_copy(q, nq), *fk = dev_copy(k, nk), *fv = dev_copy(v, nk);
+    float *fdo = dev_copy(dout, nq), *fo = NULL;
+    cudaMalloc((void **)&fo, nq * 4);
+    cudaMemset(fo, 0xff, nq * 4); /* poison */
+    attn_tensor fq_ = dev_tensor(fq, ATTN_F32, B, S, H, D), fk_ = dev_tensor(fk, ATTN_F32, B, S, Hkv, D);
+    attn_tensor fv_ = dev_tensor(fv, ATTN_F32, B, S, Hkv, D), fo_ = dev_tensor(fo, ATTN_F32, B, S, H, D);
+    attn_tensor fdo_ = dev_tensor(fdo, ATTN_F32, B, S, H, D);
+    EXPECT(attn_fwd(gpu, &sp, &fq_, &fk_, &fv_, &fo_, dlse) == ATTN_OK, "cuda f32 fwd");
+    EXPECT(attn_bwd(gpu, &sp, &fq_, &fk_, &fv_, &fo_, dlse, &fdo_, &gdq, &gdk, &gdv, NULL) ==
+               ATTN_OK,
+           "cuda f32 bwd");
+    EXPECT(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    eo = rel_err_dev(fo, 0, o, nq), el = rel_err_dev(dlse, 0, lse, (size_t)B * H * S);
+    eq = rel_err_dev(dgq, 0, gq, nq), ek = rel_err_dev(dgk, 0, gk, nk), ev = rel_err_dev(dgv, 0, gv, nk);
+    printf("causal=%d f32: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e (vs cpu)\n", causal, eo, el, eq,
+           ek, ev);
+    /* both sides are float32 within ~1e-6 of float64: 1e-4 leaves room and still tells
+     * float32 from a bf16 path (1e-2) */
+    EXPECT(eo < 1e-4 && el < 1e-4 && eq < 1e-4 && ek < 1e-4 && ev < 1e-4,
+           "f32 off: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e", eo, el, eq, ek, ev);
+    cudaFree(fq);
+    cudaFree(fk);
+    cudaFree(fv);
+    cudaFree(fdo);
+    cudaFree(fo);
+
+    /* Validation on the CUDA context: host tensors are not taken. */
     EXPECT(attn_fwd(gpu, &sp, &tq, &tk, &tv, &to, lse) == ATTN_ERR_UNSUPPORTED, "host f32 rejected");
     attn_tensor bad = gdq; /* dq must be float32 */
     bad.dtype = ATTN_BF16;

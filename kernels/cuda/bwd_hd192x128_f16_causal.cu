@@ -1,0 +1,7 @@
+/* bwd_hd192x128_f16_causal.cu — flash backward (dK/dV and dQ kernels) instance: Dqk 192, Dv 128 (DeepSeek MLA), f16, causal. */
+#define FA_HDQK 192
+#define FA_HDV 128
+#define FA_BF16 0
+#define FA_CAUSAL 1
+#define FA_SUFFIX hd192x128_f16_causal
+#include "bwd_body.cuh"

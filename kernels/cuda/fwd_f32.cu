@@ -1,0 +1,170 @@
+/* fwd_f32.cu — the float32 flash forward (SIMT: FFMA, no tensor cores) and its launcher:
+ * float32 q/k/v/o, every DESIGN.md §2 feature, head dims read at run time (multiples of 8
+ * up to FA_F32_DMAX), the same online-softmax state and block API as the bf16/f16 kernels.
+ *
+ * A CTA owns F32_ROWS query rows of one (batch, head) — one sequence's rows under varlen —
+ * and walks the key tiles of their visible range (tiles the block mask excludes are never
+ * loaded; keys no row of the CTA sees are zero-filled, so NaN/Inf in them stays out). The
+ * FA_F32_TPR threads of a row compute its scores (one key in FA_F32_TPR each), reduce the
+ * row maximum by shuffles, leave P in shared memory and accumulate O += P V on their
+ * column pairs. One shot: O and LSE (sink in the denominator); block mode: the state. */
+#include "f32_common.cuh"
+
+FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
+  FA_SMEM(smem);
+  const int Dq = p.hd_qk, Dv = p.hd_v;
+  float *sQ = (float *)smem;         /* [F32_ROWS][Dq + 1] */
+  float *sK = sQ + F32_ROWS * (Dq + 1); /* [F32_BN][Dq + 1] */
+  float *sV = sK + F32_BN * (Dq + 1);   /* [F32_BN][Dv + 1] */
+  float *sP = sV + F32_BN * (Dv + 1);   /* [F32_ROWS][F32_BN] probabilities */
+  const int tid = (int)threadIdx.x, r = tid / FA_F32_TPR, l = tid % FA_F32_TPR;
+  const int b = (int)blockIdx.z, h = (int)blockIdx.y, hk = h / (int)p.group;
+
+  int t = (int)blockIdx.x;
+  if (p.causal && !p.table) t = (int)p.ntiles - 1 - t; /* longest rows first */
+  fa_tile tile;
+  if (!fa_get_tile(p, t, F32_ROWS, (int)p.sq, tile)) return;
+  const fa_seg s = fa_make_seg(p, tile.seg);
+  const int R0 = tile.r0, rows = tile.rows;
+  int lo_first, hi_first, lo_last, hi_last;
+  fa_row_keys(p, p.causal, s, R0, lo_first, hi_first);
+  fa_row_keys(p, p.causal, s, R0 + rows - 1, lo_last, hi_last);
+  const int kc0 = fa_max(lo_first, s.c0), kc1 = fa_min(hi_last + 1, s.c1);
+  const f32_qrow q = f32_qrow_make(p, s, R0 + r, r < rows);
+  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
+  const float *gK = f32_at(p.k, b, 0, hk), *gV = f32_at(p.v, b, 0, hk);
+  F32_LOAD_ROWS(sQ, f32_at(p.q, b, R0, h), p.q.ss, Dq, F32_ROWS, tid, r_ < rows);
+
+  /* Online-softmax state of row r, log2 units; l_part is this thread's share of l. */
+  const int64_t srow = (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r;
+  float m = -INFINITY, l_part = 0.0f, acc[F32_NP][2];
+  FA_UNROLL
+  for (int k = 0; k < F32_NP; k++) acc[k][0] = acc[k][1] = 0.0f;
+  if (p.block_mode && r < rows) {
+    m = p.st_m[srow] * FA_LOG2E;
+    l_part = l == 0 ? p.st_l[srow] : 0.0f;
+    FA_UNROLL
+    for (int k = 0; k < F32_NP; k++) {
+      const int c = 16 * k + 2 * l;
+      if (c < Dv) {
+        acc[k][0] = p.st_acc[srow * Dv + c];
+        acc[k][1] = p.st_acc[srow * Dv + c + 1];
+      }
+    }
+  }
+
+  fa_ktile cur = {0, 0, 0, 0, 0};
+  cur.kt = kc0 / F32_BN - 1;
+  int have = kc0 < kc1 &&
+             fa_next_ktile(p, s, R0, rows, F32_ROWS, F32_BN, lo_last, hi_first, kc0, kc1, cur);
+  while (have) {
+    const int ca = cur.ca, cb = cur.cb;
+    FA_SYNC(); /* the previous tile's readers are done with sK, sV */
+    F32_LOAD_ROWS(sK, gK + (int64_t)ca * p.k.ss, p.k.ss, Dq, F32_BN, tid,
+                  r_ < cb - ca && (cur.full || fa_key_seen(p, p.causal, s, ca + r_, R0, R0 + rows - 1)));
+    F32_LOAD_ROWS(sV, gV + (int64_t)ca * p.v.ss, p.v.ss, Dv, F32_BN, tid,
+                  r_ < cb - ca && (cur.full || fa_key_seen(p, p.causal, s, ca + r_, R0, R0 + rows - 1)));
+    FA_SYNC();
+    float x[F32_NS], mx = m;
+    FA_UNROLL
+    for (int n = 0; n < F32_NS; n++) {
+      const int j = l + FA_F32_TPR * n, key = ca + j;
+      const float dot = f32_dot(sQ + r * (Dq + 1), sK + j * (Dq + 1), Dq);
+      x[n] = f32_visible(p, s, q, key, cb) ? fa_score(p, dot, alibi2, fabsf((float)(q.ipos - key)))
+                                           : -INFINITY;
+      mx = fmaxf(mx, x[n]);
+    }
+    for (int o = 1; o < FA_F32_TPR; o *= 2) mx = fmaxf(mx, fa_shfl_xor(mx, o));
+    const float mu = mx == -INFINITY ? 0.0f : mx; /* nothing visible yet: P = 0, not NaN */
+    const float alpha = exp2f(m - mu);
+    m = mx;
+    l_part *= alpha;
+    FA_UNROLL
+    for (int k = 0; k < F32_NP; k++) {
+      acc[k][0] *= alpha;
+      acc[k][1] *= alpha;
+    }
+    FA_UNROLL
+    for (int n = 0; n < F32_NS; n++) {
+      const float pv = exp2f(x[n] - mu);
+      l_part += pv;
+      sP[r * F32_BN + l + FA_F32_TPR * n] = pv;
+    }
+    fa_syncwarp(); /* the row's P is written (a row's threads share one warp) */
+    for (int j = 0; j < cb - ca; j++) f32_axpy(acc, sP[r * F32_BN + j], sV + j * (Dv + 1), l, Dv);
+    have = fa_next_ktile(p, s, R0, rows, F32_ROWS, F32_BN, lo_last, hi_first, kc0, kc1, cur);
+  }
+
+  for (int o = 1; o < FA_F32_TPR; o *= 2) l_part += fa_shfl_xor(l_part, o);
+  if (r >= rows) return;
+  if (p.block_mode) {
+    if (l == 0) {
+      p.st_m[srow] = m / FA_LOG2E;
+      p.st_l[srow] = l_part;
+    }
+    FA_UNROLL
+    for (int k = 0; k < F32_NP; k++) {
+      const int c = 16 * k + 2 * l;
+      if (c < Dv) {
+        p.st_acc[srow * Dv + c] = acc[k][0];
+        p.st_acc[srow * Dv + c + 1] = acc[k][1];
+      }
+    }
+    return;
+  }
+  const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY, top = fmaxf(m, sink2);
+  float inv = 0.0f, lse2 = -INFINITY;
+  if (top != -INFINITY) {
+    const float sm = exp2f(m - top), z = l_part * sm + exp2f(sink2 - top);
+    inv = sm / z;
+    lse2 = top + log2f(z);
+  }
+  float *o = (float *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh; /* [Dv] */
+  FA_UNROLL
+  for (int k = 0; k < F32_NP; k++) {
+    const int c = 16 * k + 2 * l;
+    if (c < Dv) {
+      o[c] = acc[k][0] * inv;
+      o[c + 1] = acc[k][1] * inv;
+    }
+  }
+  if (l == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
+}
+
+extern "C" int attn_cuda__fwd_f32(const fa_call *c) {
+  fa_params p = fa_params_make(c);
+  p.o = c->o;
+  p.lse = c->lse;
+  p.lse_rows = c->lse_rows;
+  if (c->st) {
+    p.block_mode = 1;
+    p.st_m = c->st->m;
+    p.st_l = c->st->l;
+    p.st_acc = c->st->acc;
+    p.st_rows = c->st->rows;
+  }
+  const attn_cuda_problem *pb = c->pb;
+  int64_t grid_x = (pb->sq + F32_ROWS - 1) / F32_ROWS;
+  if (pb->num_seqs) {
+    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
+                                     0, 0, F32_ROWS, c->tiles_q, c->stream);
+    if (err) return err;
+    p.table = c->tiles_q;
+    grid_x += pb->num_seqs;
+  }
+  p.ntiles = grid_x;
+  const size_t smem = (size_t)(F32_ROWS * (p.hd_qk + 1) + F32_BN * (p.hd_qk + 1) +
+                               F32_BN * (p.hd_v + 1) + F32_ROWS * F32_BN) * 4;
+#ifndef ATTN_CUDA_EMULATE
+  cudaError_t e = cudaFuncSetAttribute(flash_fwd_f32, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem);
+  if (e != cudaSuccess) return (int)e;
+#endif
+  FA_LAUNCH(flash_fwd_f32, dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+            dim3(F32_THREADS), smem, c->stream, p);
+#ifndef ATTN_CUDA_EMULATE
+  return (int)cudaGetLastError();
+#else
+  return 0;
+#endif
+}
