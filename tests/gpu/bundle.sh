@@ -122,10 +122,11 @@ closure() {
 }
 
 # ---- 4. assemble the bundle ---------------------------------------------------------------------
-# copy_staged PATH... — copies staged paths (relative to the stage) into the bundle's sysroot,
-# keeping symlinks and the layout Open MPI's relocation relies on.
+# copy_staged PATH... — copies staged paths (relative to the stage; globs are expanded there)
+# into the bundle's sysroot, keeping symlinks and the layout Open MPI's relocation relies on.
 copy_staged() {
-  (cd "$STAGE" && cp -a --parents "$@" "$NEW/sysroot/")
+  # shellcheck disable=SC2048,SC2086 # word splitting and globbing wanted, in the stage
+  (cd "$STAGE" && set -- $* && cp -a --parents "$@" "$NEW/sysroot/") || die "copying $* from the stage failed"
 }
 
 # copy_lib SONAME STAGED_PATH — the library and its symlink chain, or into fallback/.
@@ -195,7 +196,7 @@ assemble() {
     "usr/lib/$M"/openmpi/include/*.h "usr/lib/$M/openmpi/include/openmpi/mpiext" \
     "usr/lib/$M/openmpi/include/openmpi/ompi/mpi/cxx" \
     "usr/lib/$M/pkgconfig" usr/include/hwloc.h usr/include/hwloc "usr/lib/$M/libhwloc.so" \
-    "usr/lib/$M/blas/libblas.so" usr/share/pkgconfig 2>/dev/null
+    "usr/lib/$M/blas/libblas.so"
   write_wrappers
   write_manifest
   rm -rf "$OUTB" && mv "$NEW" "$OUTB" || die "cannot move $NEW to $OUTB"
