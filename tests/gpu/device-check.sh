@@ -18,7 +18,8 @@
 # Writes to $OUT when set (device-check.log, summary.md, bench-<date>-<card>.jsonl / .md),
 # else to bench/results/. Environment: ATTN_CHECK_BUDGET_S (default 450: no stage starts
 # after that), ATTN_CHECK_JOBS (default 16), ATTN_CHECK_ARCH (default: the device's, e.g. 90a),
-# ATTN_CHECK_BUNDLE (auto: use .gpu-bundle/ when present; off: always build here).
+# ATTN_CHECK_BUNDLE (auto: run .gpu-bundle/'s programs when they work; off: build here, still
+# against the bundle's libraries).
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -160,8 +161,12 @@ bundle_mpi() {
   timeout 90 mpiexec -np 2 --oversubscribe --timeout 60 --bind-to none "$BUNDLE/build/launch/attnrun" \
     --mode ring --seq 4K --heads 2 --head-dim 64 --check 4 --backend cpu --no-bind
 }
-if [ -f "$BUNDLE/manifest.txt" ] && [ "${ATTN_CHECK_BUNDLE:-auto}" != off ]; then
-  if bundle_setup; then
+if [ -f "$BUNDLE/manifest.txt" ]; then
+  if ! bundle_setup; then
+    note "bundle: set-up failed, building on the device"
+  elif [ "${ATTN_CHECK_BUNDLE:-auto}" = off ]; then
+    note "bundle: ATTN_CHECK_BUNDLE=off, building on the device (against the bundle's libraries)"
+  else
     STAGE_NOTE="ldd + test_cuda_attn quick from the bundle"
     if stage bundle-smoke 90 bash -c "BUNDLE='$BUNDLE'; $(declare -f bundle_smoke); bundle_smoke"; then
       MODE=bundle
@@ -169,8 +174,6 @@ if [ -f "$BUNDLE/manifest.txt" ] && [ "${ATTN_CHECK_BUNDLE:-auto}" != off ]; the
       STAGE_NOTE="mpiexec -np 2 attnrun --mode ring (cpu)"
       stage bundle-mpi 100 bash -c "BUNDLE='$BUNDLE'; $(declare -f bundle_mpi); bundle_mpi"
     fi
-  else
-    note "bundle: set-up failed, building on the device"
   fi
 fi
 
