@@ -52,8 +52,9 @@ attn_system_has() {
   grep -qF "$(printf "\t")$1 (libc6,x86-64" <<<"$ATTN_LDCACHE"
 }
 
-# attn_cuda_libdirs — folders on this machine holding libcudart/libcublas/libnccl: the CUDA
-# toolkit's, then those of python's nvidia-* pip packages (torch's CUDA runtime, nccl-cu13).
+# attn_cuda_libdirs — folders on this machine holding libcudart/libnccl (what our programs
+# need; nothing links cuBLAS): the CUDA toolkit's, then those of python's nvidia-* pip
+# packages (torch's CUDA runtime, nvidia-nccl-cu13).
 attn_cuda_libdirs() {
   local d nv py
   {
@@ -63,7 +64,7 @@ attn_cuda_libdirs() {
     py=$(command -v python3 || true)
     if [ -n "$py" ]; then
       for nv in $(timeout 30 "$py" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
-        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' -o -name 'libcublas.so*' \) \
+        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' \) \
           -printf '%h\n' 2>/dev/null
       done
     fi
@@ -75,7 +76,9 @@ attn_cuda_libdirs() {
 # lacks, then its CUDA libraries), OPAL_PREFIX and friends (Debian's Open MPI 4.1 re-bases
 # its install dirs on OPAL_PREFIX; its sysconfdir /etc/openmpi is outside the prefix, hence
 # OPAL_SYSCONFDIR), PMIX_PREFIX (PMIx 4 has install dirs of its own under pmix2/), and
-# ATTN_BUNDLE. Run once per job: children inherit it (the mpiexec wrapper checks ATTN_BUNDLE).
+# ATTN_BUNDLE; the caller's LD_LIBRARY_PATH is kept in ATTN_ORIG_LD_LIBRARY_PATH for programs
+# that must not see ours (PyTorch resolves its own CUDA libraries). Run once per job: children
+# inherit it (the mpiexec wrapper checks ATTN_BUNDLE).
 attn_bundle_env() {
   local b=$1 s="$1/sysroot" m=$ATTN_MULTIARCH lp="" d f so fb
   for d in $(attn_sysroot_libdirs "$s"); do [ -d "$d" ] && lp="$lp${lp:+:}$d"; done
@@ -91,6 +94,7 @@ attn_bundle_env() {
   rm -rf "$fb" && mv "$fb.new" "$fb"
   lp="$lp:$fb"
   for d in $(attn_cuda_libdirs); do lp="$lp:$d"; done
+  export ATTN_ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
   export LD_LIBRARY_PATH="$lp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OPAL_PREFIX="$s/usr" OPAL_SYSCONFDIR="$s/etc/openmpi" PMIX_PREFIX="$s/usr/lib/$m/pmix2"
   export PATH="$b/bin:$PATH" ATTN_BUNDLE="$b"
