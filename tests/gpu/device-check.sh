@@ -91,6 +91,7 @@ SHA=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null ||
 # ---- 1. the prebuilt bundle, else configure and build ------------------------------------
 BUNDLE="$ROOT/.gpu-bundle"
 BUNDLE_NOTE=""
+PYPKGS=""
 BUILD=""
 MODE="device build"
 mf() { sed -n "s/^$1=//p" "$BUNDLE/manifest.txt" 2>/dev/null | head -1; }
@@ -130,6 +131,10 @@ bundle_setup() {
   attn_bundle_env "$BUNDLE" || return 1
   note "bundle: fallback libraries in use:$(attn_bundle_fallback_list "$BUNDLE")"
   note "bundle: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  PYPKGS=$(timeout 30 python3 -c 'import importlib.metadata as m
+print(" ".join(sorted(d.metadata["Name"] + "==" + d.version for d in m.distributions()
+  if d.metadata["Name"].lower().startswith(("nvidia-nccl", "nvidia-cuda-runtime", "torch")))))' 2>/dev/null)
+  note "bundle: python packages: ${PYPKGS:-none found}"
 }
 # Whether the prebuilt GPU programs can run here at all: every library resolves, and
 # test_cuda_attn quick gets past loading its kernels. A failing check is a test result,
@@ -192,7 +197,7 @@ else
   STAGE_NOTE="full project"
   if stage configure 120 cmake -S "$ROOT" -B "$BUILD" -DATTN_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" \
     -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA_EMULATOR=OFF "${CFG_EXTRA[@]}" &&
-    cmake --build "$BUILD" --target help 2>/dev/null | grep -q test_cuda_attn; then
+    cmake --build "$BUILD" --target help 2>/dev/null | grep test_cuda_attn >/dev/null; then
     STAGE_NOTE="full project, -j$JOBS"
     if ! stage build 240 cmake --build "$BUILD" -j "$JOBS"; then
       STAGE_NOTE="full build failed: the CUDA targets alone"
@@ -257,7 +262,7 @@ stage bench-attnrun 180 "$BENCH_BIN" --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K"
 stage bench-attnrun-det 40 "$BENCH_BIN" --det --n 8192 --hd 128 --json "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"
-stage bench-torch 200 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
+stage bench-torch 200 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
@@ -291,6 +296,7 @@ TOTAL=$(($(date +%s) - START))
   done | grep -E 'not found|lib(mpi|open-pal|pmix|hwloc|nccl|cudart|cublas|gomp|blas|gfortran|event_core)' |
     sed 's/ (0x[0-9a-f]*)//; s/^[[:space:]]*//' | sort -u
   echo '```'
+  [ -n "$PYPKGS" ] && echo && echo "python packages: $PYPKGS"
   if [ -s "$MD" ]; then
     echo
     echo "## benchmark"
