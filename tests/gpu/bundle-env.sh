@@ -25,13 +25,15 @@ attn_sysroot_libdirs() {
 
 # attn_sysroot_cmake_args SYSROOT PKG_CONFIG — one argument per line: build against the MPI,
 # hwloc and (reference) BLAS of a staged root. The indirect libraries (libopen-rte, libpmix,
-# libevent, ...) are not on the linker's path by default, hence -rpath-link.
+# libevent, ...) are not on the linker's path by default, hence -rpath-link; -isystem puts
+# the staged cblas.h (reference CBLAS, matching libblas.so.3) before any the machine has.
 attn_sysroot_cmake_args() {
   local s=$1 pc=$2 l="$1/usr/lib/$ATTN_MULTIARCH" d rl=""
   for d in $(attn_sysroot_libdirs "$s"); do rl="$rl${rl:+:}$d"; done
   printf '%s\n' "-DMPI_SKIP_COMPILER_WRAPPER=ON" "-DMPI_C_HEADER_DIR=$l/openmpi/include" \
     "-DMPI_C_LIB_NAMES=mpi" "-DMPI_mpi_LIBRARY=$l/openmpi/lib/libmpi.so" \
     "-DPKG_CONFIG_EXECUTABLE=$pc" "-DBLA_VENDOR=Generic" "-DBLAS_LIBRARIES=$l/blas/libblas.so" \
+    "-DCMAKE_C_FLAGS=-isystem $s/usr/include/$ATTN_MULTIARCH" \
     "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$rl" "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,$rl"
 }
 

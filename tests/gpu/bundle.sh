@@ -67,7 +67,9 @@ fetch() {
   for p in "$CACHE"/debs/*.deb; do
     timeout 120 dpkg-deb -x "$p" "$STAGE" || die "dpkg-deb -x $p failed"
   done
-  ln -sfn libblas.so.3 "$STAGE/usr/lib/$M/blas/libblas.so" # the -dev link (an alternative in Debian)
+  # What Debian's alternatives would link for libblas-dev: the .so and cblas.h.
+  ln -sfn libblas.so.3 "$STAGE/usr/lib/$M/blas/libblas.so"
+  ln -sfn cblas-netlib.h "$STAGE/usr/include/$M/cblas.h"
 }
 
 # ---- 2. configure and build -------------------------------------------------------------------
@@ -196,7 +198,7 @@ assemble() {
     "usr/lib/$M"/openmpi/include/*.h "usr/lib/$M/openmpi/include/openmpi/mpiext" \
     "usr/lib/$M/openmpi/include/openmpi/ompi/mpi/cxx" \
     "usr/lib/$M/pkgconfig" usr/include/hwloc.h usr/include/hwloc "usr/lib/$M/libhwloc.so" \
-    "usr/lib/$M/blas/libblas.so"
+    "usr/lib/$M/blas/libblas.so" "usr/include/$M"/cblas*.h
   write_wrappers
   write_manifest
   rm -rf "$OUTB" && mv "$NEW" "$OUTB" || die "cannot move $NEW to $OUTB"
