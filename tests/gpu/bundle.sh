@@ -198,7 +198,7 @@ assemble() {
     "usr/lib/$M"/openmpi/include/*.h "usr/lib/$M/openmpi/include/openmpi/mpiext" \
     "usr/lib/$M/openmpi/include/openmpi/ompi/mpi/cxx" \
     "usr/lib/$M/pkgconfig" usr/include/hwloc.h usr/include/hwloc "usr/lib/$M/libhwloc.so" \
-    "usr/lib/$M/blas/libblas.so" "usr/include/$M"/cblas*.h
+    "usr/lib/$M/blas/libblas.so" "usr/include/$M"/cblas*.h "usr/include/$M/hwloc"
   write_wrappers
   write_manifest
   rm -rf "$OUTB" && mv "$NEW" "$OUTB" || die "cannot move $NEW to $OUTB"
