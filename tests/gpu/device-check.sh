@@ -23,6 +23,8 @@
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
+# The toolkit's tools (nvcc, cuobjdump, compute-sanitizer) when its bin/ is not on PATH.
+command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || PATH="$PATH:/usr/local/cuda/bin"
 START=$(date +%s)
 BUDGET=${ATTN_CHECK_BUDGET_S:-450}
 JOBS=${ATTN_CHECK_JOBS:-16}
