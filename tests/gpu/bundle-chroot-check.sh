@@ -139,7 +139,7 @@ gpu_all_skipped() {
   local out
   out=$(timeout 300 ctest --test-dir "$B/build" -L gpu --output-on-failure --timeout 120 2>&1)
   echo "$out"
-  echo "$out" | grep -q ' 0 tests failed' && ! echo "$out" | grep -qE '\*\*\*(Failed|Timeout|Exception)|Not Run|\(Failed\)'
+  echo "$out" | grep -q '100% tests passed' && ! echo "$out" | grep -qE '\*\*\*(Failed|Timeout|Exception)|Not Run|\(Failed\)'
 }
 check ctest-gpu-all-skipped gpu_all_skipped
 check ctest-spills timeout 120 ctest --test-dir "$B/build" -R cuda_ptxas_spills --output-on-failure
