@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # tests/gpu/device-check.sh — the one script a GPU session runs (budget: under 8 minutes):
-# device info, build (the full project with -DATTN_CUDA=ON, else the CUDA part alone from
-# tests/gpu/standalone), the ptxas spill check, every CUDA test (ctest -L gpu),
-# compute-sanitizer memcheck and racecheck on small shapes, and the benchmark side by side
-# with PyTorch SDPA (flash, cuDNN). Every stage is timed and `timeout`-wrapped; a failing
-# stage is recorded and the script goes on. Ends with a summary table.
+# device info, the prebuilt bundle (or a build: the full project with -DATTN_CUDA=ON, else the
+# CUDA part alone from tests/gpu/standalone), the ptxas spill check, every CUDA test
+# (ctest -L gpu, the MPI/NCCL ones included), compute-sanitizer memcheck and racecheck on
+# small shapes, and the benchmark side by side with PyTorch SDPA (flash, cuDNN). Every stage
+# is timed and `timeout`-wrapped; a failing stage is recorded and the script goes on. Ends
+# with a summary table.
+#
+# How a GPU session calls it: first, on the CPU machine, `bash tests/gpu/bundle.sh` (builds
+# .gpu-bundle/: the binaries for sm_90a and the Open MPI/PMIx/hwloc/BLAS libraries a bare
+# CUDA image lacks); then the device tool's run with
+#   carry: [".gpu-bundle"], command: "bash tests/gpu/device-check.sh", timeout_s: 560
+# With a bundle whose binaries run here (mode "bundle") nothing is built on the device; when
+# they cannot run (a missing library, another GPU architecture) it builds here as before,
+# against the bundle's MPI/hwloc/BLAS when present. The summary says which mode ran.
 #
 # Writes to $OUT when set (device-check.log, summary.md, bench-<date>-<card>.jsonl / .md),
 # else to bench/results/. Environment: ATTN_CHECK_BUDGET_S (default 450: no stage starts
-# after that), ATTN_CHECK_JOBS (default 16), ATTN_CHECK_ARCH (default: the device's, e.g. 90a).
+# after that), ATTN_CHECK_JOBS (default 16), ATTN_CHECK_ARCH (default: the device's, e.g. 90a),
+# ATTN_CHECK_BUNDLE (auto: run .gpu-bundle/'s programs when they work; off: build here, still
+# against the bundle's libraries).
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
+# The toolkit's tools (nvcc, cuobjdump, compute-sanitizer) when its bin/ is not on PATH.
+command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || PATH="$PATH:/usr/local/cuda/bin"
 START=$(date +%s)
 BUDGET=${ATTN_CHECK_BUDGET_S:-450}
 JOBS=${ATTN_CHECK_JOBS:-16}
@@ -71,30 +84,137 @@ info() {
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
   git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "git: no repository"
 }
-STAGE_NOTE="$CARD, sm_$CC, building for $ARCH"
+STAGE_NOTE="$CARD, sm_$CC"
 stage info 60 bash -c "$(declare -f info); info"
-SHA=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+SHA=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null ||
+  sed -n 's/^git_sha=\(.\{12\}\).*/\1 (the bundle'"'"'s)/p' "$ROOT/.gpu-bundle/manifest.txt" 2>/dev/null)
+[ -n "$SHA" ] || SHA=unknown
 
-# ---- 1. configure and build ---------------------------------------------------------------
-BUILD="$ROOT/build-gpu"
-MODE=full
-STAGE_NOTE="full project"
-if stage configure 120 cmake -S "$ROOT" -B "$BUILD" -DATTN_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" \
-  -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA_EMULATOR=OFF && cmake --build "$BUILD" --target help 2>/dev/null | grep -q test_cuda_attn; then
-  STAGE_NOTE="full project, -j$JOBS"
-  if ! stage build 240 cmake --build "$BUILD" -j "$JOBS"; then
-    STAGE_NOTE="full build failed: the CUDA targets alone"
-    stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn bench_cuda
+# ---- 1. the prebuilt bundle, else configure and build ------------------------------------
+BUNDLE="$ROOT/.gpu-bundle"
+BUNDLE_NOTE=""
+PYPKGS=""
+BUILD=""
+MODE="device build"
+mf() { sed -n "s/^$1=//p" "$BUNDLE/manifest.txt" 2>/dev/null | head -1; }
+# The CTest files and the mpiexec path in the bundle name the machine it was built on
+# (source_dir in the manifest): make that path lead here. The machine is throwaway, so a
+# symlink at that path is all this writes outside the repository; when something else
+# already sits there, the bundle's own files are rewritten instead.
+bundle_relocate() {
+  local src rel f
+  src=$(mf source_dir)
+  [ -n "$src" ] || { note "bundle: manifest has no source_dir"; return 1; }
+  [ "$(readlink -f "$src" 2>/dev/null)" = "$(readlink -f "$ROOT")" ] && return 0
+  if [ ! -e "$src" ] && [ ! -L "$src" ] && mkdir -p "$(dirname "$src")" && ln -s "$ROOT" "$src"; then
+    note "bundle: $src -> $ROOT (symlink)"
+    return 0
   fi
+  rel=$(cat "$BUNDLE/.relocated-from" 2>/dev/null || echo "$src")
+  note "bundle: $src is taken here; rewriting the bundle's paths from $rel to $ROOT"
+  for f in $(grep -rlF --include=CTestTestfile.cmake --include=CMakeCache.txt "$rel" "$BUNDLE/build"); do
+    sed -i "s|$rel|$ROOT|g" "$f" || return 1
+  done
+  echo "$ROOT" >"$BUNDLE/.relocated-from"
+}
+# bundle_setup: in this shell (the stages inherit its environment): relocate, compare the
+# sources with those the bundle was built from, set the bundle's library environment.
+bundle_setup() {
+  local stale
+  . "$BUNDLE/bundle-env.sh" || return 1
+  bundle_relocate || return 1
+  stale=$(cd "$ROOT" && timeout 60 sha256sum -c "$BUNDLE/sources.sha256" 2>/dev/null | grep -cv ': OK$')
+  BUNDLE_NOTE="bundle of git $(mf git_sha | cut -c1-12) built $(mf built_utc) for sm_$(mf cuda_arch)"
+  if [ "${stale:-0}" != 0 ]; then
+    BUNDLE_NOTE="$BUNDLE_NOTE, STALE: $stale tracked files differ from the tree (rerun tests/gpu/bundle.sh)"
+    (cd "$ROOT" && sha256sum -c "$BUNDLE/sources.sha256" 2>/dev/null | grep -v ': OK$' | head -20) >>"$LOG"
+  fi
+  note "$BUNDLE_NOTE"
+  attn_bundle_env "$BUNDLE" || return 1
+  note "bundle: fallback libraries in use:$(attn_bundle_fallback_list "$BUNDLE")"
+  note "bundle: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  PYPKGS=$(timeout 30 python3 -c 'import importlib.metadata as m
+print(" ".join(sorted(d.metadata["Name"] + "==" + d.version for d in m.distributions()
+  if d.metadata["Name"].lower().startswith(("nvidia-nccl", "nvidia-cuda-runtime", "torch")))))' 2>/dev/null)
+  note "bundle: python packages: ${PYPKGS:-none found}"
+}
+# Whether the prebuilt GPU programs can run here at all: every library resolves, and
+# test_cuda_attn quick gets past loading its kernels. A failing check is a test result,
+# not a reason to rebuild; only "cannot load" is.
+bundle_smoke() {
+  local b="$BUNDLE/build" f rc out
+  for f in tests/gpu/test_cuda_attn tests/gpu/test_cuda_runtime tests/gpu/test_nccl launch/attnrun bench/gpu/bench_cuda; do
+    [ -e "$b/$f" ] || { echo "$f: not in the bundle"; continue; }
+    echo "---- ldd $f"
+    ldd "$b/$f"
+  done
+  if ldd "$b"/tests/gpu/test_* "$b/launch/attnrun" 2>&1 | grep 'not found'; then
+    echo "bundle: unresolved libraries (above)"
+    return 1
+  fi
+  out=$("$b/tests/gpu/test_cuda_attn" quick 2>&1)
+  rc=$?
+  echo "$out" | tail -40
+  echo "test_cuda_attn quick: exit $rc"
+  if ((rc == 126 || rc == 127)) || echo "$out" | grep -qiE \
+    'error while loading shared|no kernel image|NoKernelImage|invalid device function|PTX was compiled|unsupported toolchain'; then
+    echo "bundle: the prebuilt GPU binary cannot run on this device"
+    return 1
+  fi
+  return 0
+}
+# Two ranks of the CLI (CPU backend, a ring): Open MPI, PMIx and shared memory, relocated.
+bundle_mpi() {
+  timeout 90 mpiexec -np 2 --oversubscribe --timeout 60 --bind-to none "$BUNDLE/build/launch/attnrun" \
+    --mode ring --seq 4K --heads 2 --head-dim 64 --check 4 --backend cpu --no-bind
+}
+if [ -f "$BUNDLE/manifest.txt" ]; then
+  if ! bundle_setup; then
+    note "bundle: set-up failed, building on the device"
+  elif [ "${ATTN_CHECK_BUNDLE:-auto}" = off ]; then
+    note "bundle: ATTN_CHECK_BUNDLE=off, building on the device (against the bundle's libraries)"
+  else
+    STAGE_NOTE="ldd + test_cuda_attn quick from the bundle"
+    if stage bundle-smoke 90 bash -c "BUNDLE='$BUNDLE'; $(declare -f bundle_smoke); bundle_smoke"; then
+      MODE=bundle
+      BUILD="$BUNDLE/build"
+      STAGE_NOTE="mpiexec -np 2 attnrun --mode ring (cpu)"
+      stage bundle-mpi 100 bash -c "BUNDLE='$BUNDLE'; $(declare -f bundle_mpi); bundle_mpi"
+    fi
+  fi
+fi
+
+if [ "$MODE" = bundle ]; then
+  ARCH=$(mf cuda_arch)
 else
-  MODE=standalone
-  BUILD="$ROOT/build-gpu-sa"
-  note "full project not usable here (no CUDA tests in it, or configure failed): tests/gpu/standalone"
-  STAGE_NOTE="tests/gpu/standalone"
-  stage configure-standalone 120 cmake -S "$ROOT/tests/gpu/standalone" -B "$BUILD" -DATTN_CUDA=ON \
-    "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA_EMULATOR=OFF
-  STAGE_NOTE="standalone, -j$JOBS"
-  stage build 240 cmake --build "$BUILD" -j "$JOBS"
+  BUILD="$ROOT/build-gpu"
+  CFG_EXTRA=()
+  if [ -n "${ATTN_BUNDLE:-}" ] && [ -d "$BUNDLE/sysroot" ]; then
+    # The bundle's MPI, hwloc and BLAS (headers, .pc files, libraries) for the full project.
+    attn_sysroot_pkgconfig_env "$BUNDLE/sysroot"
+    mapfile -t CFG_EXTRA < <(attn_sysroot_cmake_args "$BUNDLE/sysroot" "$BUNDLE/bin/pkg-config")
+    CFG_EXTRA+=("-DMPIEXEC_EXECUTABLE=$BUNDLE/bin/mpiexec")
+    MODE="device build (the bundle's MPI/hwloc/BLAS)"
+  fi
+  STAGE_NOTE="full project"
+  if stage configure 120 cmake -S "$ROOT" -B "$BUILD" -DATTN_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" \
+    -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA_EMULATOR=OFF "${CFG_EXTRA[@]}" &&
+    cmake --build "$BUILD" --target help 2>/dev/null | grep test_cuda_attn >/dev/null; then
+    STAGE_NOTE="full project, -j$JOBS"
+    if ! stage build 240 cmake --build "$BUILD" -j "$JOBS"; then
+      STAGE_NOTE="full build failed: the CUDA targets alone"
+      stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn bench_cuda
+    fi
+  else
+    MODE=standalone
+    BUILD="$ROOT/build-gpu-sa"
+    note "full project not usable here (no CUDA tests in it, or configure failed): tests/gpu/standalone"
+    STAGE_NOTE="tests/gpu/standalone"
+    stage configure-standalone 120 cmake -S "$ROOT/tests/gpu/standalone" -B "$BUILD" -DATTN_CUDA=ON \
+      "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA_EMULATOR=OFF
+    STAGE_NOTE="standalone, -j$JOBS"
+    stage build 240 cmake --build "$BUILD" -j "$JOBS"
+  fi
 fi
 TEST_BIN="$BUILD/tests/gpu/test_cuda_attn"
 BENCH_BIN="$BUILD/bench/gpu/bench_cuda"
@@ -144,15 +264,16 @@ stage bench-attnrun 180 "$BENCH_BIN" --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K"
 stage bench-attnrun-det 40 "$BENCH_BIN" --det --n 8192 --hd 128 --json "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"
-stage bench-torch 200 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
+stage bench-torch 200 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
 # ---- 4. summary ---------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))
 {
-  echo "# device check $DATE — $CARD (sm_$CC), attnrun $SHA, $MODE build for $ARCH"
+  echo "# device check $DATE — $CARD (sm_$CC), attnrun $SHA, mode: $MODE, for sm_$ARCH"
   echo
+  [ -n "$BUNDLE_NOTE" ] && echo "$BUNDLE_NOTE" && echo
   echo "| stage | result | seconds | note |"
   echo "|---|---|---|---|"
   for i in "${!S_NAME[@]}"; do
@@ -168,6 +289,16 @@ TOTAL=$(($(date +%s) - START))
     grep -E "Test +#|tests passed|tests failed|Not Run|\*\*\*" "$CTEST_OUT"
     echo '```'
   fi
+  echo
+  echo "## libraries the test programs resolved (ldd)"
+  echo
+  echo '```'
+  for f in "$TEST_BIN" "$BUILD/tests/gpu/test_cuda_runtime" "$BUILD/tests/gpu/test_nccl" "$BUILD/launch/attnrun"; do
+    [ -e "$f" ] && ldd "$f" 2>&1
+  done | grep -E 'not found|lib(mpi|open-pal|pmix|hwloc|nccl|cudart|cublas|gomp|blas|gfortran|event_core)' |
+    sed 's/ (0x[0-9a-f]*)//; s/^[[:space:]]*//' | sort -u
+  echo '```'
+  [ -n "$PYPKGS" ] && echo && echo "python packages: $PYPKGS"
   if [ -s "$MD" ]; then
     echo
     echo "## benchmark"
