@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PROBE_SEQ 256         /* cpu */
-#define PROBE_SEQ_DEVICE 2048 /* cuda */
+#define PROBE_SEQ 256      /* tokens of the first probe */
+#define PROBE_SEQ_MAX 2048 /* a fast device doubles up to this */
+#define PROBE_MIN_S 0.02   /* a call shorter than this measures launch latency, not rate */
 #define PROBE_REPS 3
 #define ORACLE_NS_PER_ELEM 5.0 /* float64 oracle: regenerate + multiply-add, per element */
 
@@ -93,11 +94,6 @@ static attn_status probe_alloc(const run_env *env, const problem *p, int64_t S, 
   return st;
 }
 
-/* Allocates on rep 0; 1 while the buffers are there. */
-static int probe_alloc_once(const run_env *env, const problem *p, int64_t S, probe_bufs *b, int rep) {
-  return rep > 0 || probe_alloc(env, p, S, b) == ATTN_OK;
-}
-
 static double timed_call(const run_env *env, attn_status (*call)(const run_env *, const attn_spec *,
                                                                  probe_bufs *),
                          const attn_spec *s, probe_bufs *b, attn_stats *stats) {
@@ -119,30 +115,49 @@ static attn_status call_bwd(const run_env *env, const attn_spec *s, probe_bufs *
                   &b->dv, NULL);
 }
 
+static void probe_free(const run_env *env, probe_bufs *b) {
+  for (int i = 0; i < 9; i++) attn_ctx_free(env->ctx, b->mem[i]);
+  memset(b, 0, sizeof *b);
+}
+
+/* FLOPs of a call's computed tiles; the rule's count where the backend keeps no statistics
+ * (the probe has no mask, so the two agree up to the tile padding). */
+static double probe_flops(const attn_stats *st, const attn_spec *s, int64_t S, double factor) {
+  return st->flops_computed > 0 ? st->flops_computed : factor * attn_flops_fwd(s, 1, S, S);
+}
+
 /* GFLOP/s of the tiles computed by a small attn_fwd (bwd) on this rank's context, in the
- * run's dtype and memory; 0 on failure. A device gets a longer probe: its launch latency
- * would otherwise be most of what is measured. */
+ * run's dtype and memory; 0 on failure. The probe doubles its length from PROBE_SEQ while
+ * a forward call is shorter than PROBE_MIN_S (a device's launch latency would otherwise be
+ * most of what is measured), up to PROBE_SEQ_MAX. */
 static void probe(const run_env *env, const problem *p, int bwd, double *gf_fwd, double *gf_bwd) {
   const attn_spec *g = &p->spec;
   attn_spec s = ATTN_SPEC_INIT;
   s.num_heads_q = p->hq, s.num_heads_kv = p->hk;
   s.head_dim_qk = g->head_dim_qk, s.head_dim_v = g->head_dim_v;
-  int64_t S = attn_ctx_device(env->ctx) == ATTN_DEVICE_HOST ? PROBE_SEQ : PROBE_SEQ_DEVICE;
+  int64_t S = PROBE_SEQ;
   probe_bufs b;
   memset(&b, 0, sizeof b);
   double best_f = INFINITY, best_b = INFINITY;
   attn_stats st_f = {0}, st_b = {0};
   *gf_fwd = *gf_bwd = 0;
-  for (int rep = 0; rep <= PROBE_REPS && probe_alloc_once(env, p, S, &b, rep); rep++) {
+  for (;;) { /* rep 0 of each length warms up and picks the length */
+    double tf = probe_alloc(env, p, S, &b) == ATTN_OK ? timed_call(env, call_fwd, &s, &b, &st_f) : -1;
+    if (tf >= PROBE_MIN_S || (tf >= 0 && S >= PROBE_SEQ_MAX)) break;
+    probe_free(env, &b); /* too short, or failed (then b.mem[0] stays NULL: no reps) */
+    if (tf < 0) break;
+    S *= 2;
+  }
+  for (int rep = 1; rep <= PROBE_REPS && b.mem[0]; rep++) {
     double tf = timed_call(env, call_fwd, &s, &b, &st_f);
     double tb = bwd && tf >= 0 ? timed_call(env, call_bwd, &s, &b, &st_b) : 0;
     if (tf < 0 || tb < 0) break;
-    if (rep) best_f = fmin(best_f, tf), best_b = fmin(best_b, tb); /* rep 0 warms up */
+    best_f = fmin(best_f, tf), best_b = fmin(best_b, tb);
   }
-  for (int i = 0; i < 9; i++)
-    attn_ctx_free(env->ctx, b.mem[i]);
-  if (isfinite(best_f) && best_f > 0) *gf_fwd = st_f.flops_computed / best_f * 1e-9;
-  if (isfinite(best_b) && best_b > 0) *gf_bwd = st_b.flops_computed / best_b * 1e-9;
+  probe_free(env, &b);
+  if (isfinite(best_f) && best_f > 0) *gf_fwd = probe_flops(&st_f, &s, S, 1.0) / best_f * 1e-9;
+  if (bwd && isfinite(best_b) && best_b > 0)
+    *gf_bwd = probe_flops(&st_b, &s, S, 2.5) / best_b * 1e-9;
 }
 
 /* Bytes this rank holds: inputs, outputs and the ring's double buffers. */

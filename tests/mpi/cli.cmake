@@ -29,10 +29,13 @@ endfunction()
 #         [JSON_KEYS "k1|k2"] [GPU])
 # GPU: label gpu, skipped (exit 77) unless attnrun sees a CUDA device.
 function(cli_mpi name np rc)
-  cmake_parse_arguments(T "GPU" "STDOUT;STDERR;MAX_S;ORPHANS;ENV_VARS;JSON_KEYS" "" ${ARGN})
+  cmake_parse_arguments(T "GPU" "STDOUT;STDERR;MAX_S;ORPHANS;ENV_VARS;JSON_KEYS;EXE;LABEL" "" ${ARGN})
   cli_mpi_launch(launch ${np})
   set(args ${T_UNPARSED_ARGUMENTS})
-  set(defs "-DLAUNCH=${launch}" -DEXE=$<TARGET_FILE:attnrun_cli> -DEXPECT_RC=${rc})
+  if(NOT T_EXE)
+    set(T_EXE attnrun_cli)
+  endif()
+  set(defs "-DLAUNCH=${launch}" -DEXE=$<TARGET_FILE:${T_EXE}> -DEXPECT_RC=${rc})
   if(T_JSON_KEYS)
     set(json ${CLI_MPI_WORK}/${name}.jsonl)
     list(APPEND args --json ${json})
@@ -58,6 +61,8 @@ function(cli_mpi name np rc)
   set_tests_properties(${name} PROPERTIES TIMEOUT 120 ENVIRONMENT "${CLI_MPI_ENV}")
   if(T_GPU)
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
+  elseif(T_LABEL)
+    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT 300)
   endif()
 endfunction()
 
@@ -183,3 +188,19 @@ cli_mpi_fault(ring_kill_np3 3 770003 1:ring:1:kill "--mode;ring")
 cli_mpi_fault(ring_exit_np4 4 770004 1:ring:0:exit "--mode;ring")
 cli_mpi_fault(allreduce_stall_np2 2 770005 1:allreduce:0:stall "--mode;tp;--d-model;64")
 cli_mpi_fault(allreduce_kill_np4 4 770006 1:allreduce:1:kill "--tp;2;--cp;2;--d-model;64")
+
+# ---- the CUDA path on the emulated runtime (label emu; runs in CI without a GPU) --------
+# attnrun_emu_cli (tests/cli/emu.cmake): the device ring, TP and the layer with their
+# device transport (MPI-staged: the ranks share the one emulated device).
+if(TARGET attnrun_emu_cli)
+  set(CLI_EMU_FAST "--iters|1|--warmup|0|--backend|cuda")
+  cli_mpi(mpi_cli_emu_ring_np2 2 0 --mode ring --seq 128 --heads 2 --kv-heads 1 --head-dim 64
+          --causal --bwd --check 8 ${CLI_EMU_FAST} STDOUT "OK: 0 wrong elements"
+          EXE attnrun_emu_cli LABEL emu)
+  cli_mpi(mpi_cli_emu_tp_np2 2 0 --mode tp --seq 96 --heads 4 --kv-heads 2 --head-dim 64
+          --causal --bwd --check 8 ${CLI_EMU_FAST} STDOUT "OK: 0 wrong elements"
+          EXE attnrun_emu_cli LABEL emu)
+  cli_mpi(mpi_cli_emu_layer_np2 2 0 --tp 2 --cp 1 --d-model 128 --seq 64 --heads 2
+          --head-dim 64 --causal --bwd --check 4 ${CLI_EMU_FAST} STDOUT "OK: 0 wrong elements"
+          EXE attnrun_emu_cli LABEL emu)
+endif()

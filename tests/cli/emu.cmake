@@ -1,0 +1,36 @@
+# emu.cmake — attnrun's CUDA path in CI without a GPU: the CLI's sources linked against the
+# emulated libattnrun (tests/gpu: stand-in CUDA runtime, kernels on the CPU emulator) as
+# attnrun_emu_cli, and single-rank runs with --backend cuda checked against the float64
+# oracle at the dtype's tolerance (label emu). Small shapes: the emulator is slow. The
+# multi-rank runs on it are in tests/mpi/cli.cmake.
+enable_language(CXX) # the emulated library is C++ (its link needs the C++ runtime)
+get_target_property(attn_cli_sources attnrun_cli SOURCES)
+get_target_property(attn_cli_dir attnrun_cli SOURCE_DIR)
+set(attn_cli_emu_sources "")
+foreach(src IN LISTS attn_cli_sources)
+  list(APPEND attn_cli_emu_sources ${attn_cli_dir}/${src})
+endforeach()
+add_executable(attnrun_emu_cli ${attn_cli_emu_sources})
+target_include_directories(attnrun_emu_cli PRIVATE ${attn_cli_dir})
+target_compile_definitions(attnrun_emu_cli PRIVATE ATTN_GIT_SHA="${ATTN_GIT_SHA}"
+                           ATTN_HAVE_OPENBLAS=${ATTN_HAVE_OPENBLAS})
+target_link_libraries(attnrun_emu_cli PRIVATE attnrun_emu attnrun_ref MPI::MPI_C
+                      PkgConfig::HWLOC OpenMP::OpenMP_C ${ATTN_BLAS_TARGET} m)
+set_target_properties(attnrun_emu_cli PROPERTIES LINKER_LANGUAGE CXX)
+
+set(EMU_FAST "--iters|1|--warmup|0|--threads|2|--backend|cuda")
+function(cli_emu name)
+  cli_expect(emu_${name} 0 ${ARGN} ${EMU_FAST} STDOUT "OK: 0 wrong elements" TIMEOUT 300
+             EXE attnrun_emu_cli LABEL emu)
+endfunction()
+cli_emu(fwd_causal --seq 96 --heads 2 --kv-heads 1 --head-dim 64 --causal --check 8)
+cli_emu(bwd_gqa --batch 2 --seq 80 --heads 4 --kv-heads 2 --head-dim 128 --causal --bwd --check 8)
+cli_emu(bwd_features --seq 70 --seq-kv 111 --heads 2 --head-dim 64 --window 40,10 --sinks
+        --alibi --softcap 20 --bwd --check 8)
+cli_emu(bwd_f16_varlen --dtype f16 --varlen 3 --seq 120 --heads 2 --head-dim 64 --causal --bwd
+        --check 8)
+cli_emu(fwd_f32_sparse --dtype f32 --seq 128 --heads 2 --head-dim 64 --causal --check 8
+        --sparse local=1,stride=3,global=1,random=1,block=32)
+cli_expect(emu_header 0 --seq 64 --heads 2 --head-dim 64 --check 4 --iters 1 --warmup 0
+           STDOUT "# backend cuda \\(auto: 1 CUDA device visible\\): cuda, dtype bf16 \\(the default on cuda\\).*OK: 0 wrong"
+           TIMEOUT 300 EXE attnrun_emu_cli LABEL emu)
