@@ -103,6 +103,15 @@ def run(args):
     return 0
 
 
+def dims(r):
+    """(Dqk, Dv) of a record: torch's rows and older ones carry hd alone (Dv == Dqk)."""
+    return (r["hd"], r.get("hd_v") or r["hd"])
+
+
+def dims_label(d):
+    return str(d[0]) if d[0] == d[1] else f"{d[0]}x{d[1]}"
+
+
 def compare(args):
     rows, det = {}, []
     with open(args.file) as f:
@@ -114,12 +123,12 @@ def compare(args):
             if r.get("deterministic"):
                 det.append(r)
                 continue
-            key = (r["pass"], r["hd"], r["N"], r["causal"])
+            key = (r["pass"], dims(r), r["N"], r["causal"])
             rows.setdefault(key, {})[r["impl"]] = r
     impls = ["attnrun", "torch-flash", "torch-cudnn"]
     lines = ["| pass | hd | N | causal | attnrun TFLOP/s | torch flash | torch cuDNN | attnrun / best torch | check |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(rows, key=lambda k: (k[0] != "fwd", -k[1], k[2], k[3])):
+    for key in sorted(rows, key=lambda k: (k[0] != "fwd", -k[1][0], -k[1][1], k[2], k[3])):
         r = rows[key]
 
         def tf(name):
@@ -131,12 +140,12 @@ def compare(args):
         ratio = f"{ours / best:.2f}" if ours is not None and best else "-"
         cells = [f"{tf(i):.1f}" if tf(i) is not None else ("error" if i in r else "-") for i in impls]
         check = r.get("attnrun", {}).get("check", "-")
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {'yes' if key[3] else 'no'} | "
+        lines.append(f"| {key[0]} | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
                      + " | ".join(cells) + f" | {ratio} | {check} |")
     for r in det:
         if r["pass"] != "bwd":
             continue
-        base = rows.get(("bwd", r["hd"], r["N"], r["causal"]), {}).get("attnrun", {}).get("tflops")
+        base = rows.get(("bwd", dims(r), r["N"], r["causal"]), {}).get("attnrun", {}).get("tflops")
         lines.append(f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | {r['tflops'] / base:.2f} of atomic dQ |" if base else
                      f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
