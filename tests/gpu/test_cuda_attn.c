@@ -680,7 +680,8 @@ static void check_api(void) {
   p = P.pb;
   p.Dqk = 192;
   p.Dv = 128;
-  expect_fail(attn_cuda_check(&p), have_dims(&(gc_case){.D = 192, .Dv = 128}) ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
+  const int have_192 = have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16});
+  expect_fail(attn_cuda_check(&p), have_192 ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
               "head_dim_v=128", "192x128");
   p.Dqk = 128;
   p.Dv = 64;
