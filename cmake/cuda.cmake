@@ -50,6 +50,16 @@ foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
   string(APPEND ATTN_CUDA_DIMS_STR "${hd}")
 endforeach()
 
+# The Hopper forward (head dim 128 only): its own instances, built for sm_90a alone.
+set(ATTN_CUDA_SM90_INSTANCES "")
+if("128" IN_LIST ATTN_CUDA_HEAD_DIMS)
+  foreach(dt bf16 f16)
+    foreach(causal "" "_causal")
+      list(APPEND ATTN_CUDA_SM90_INSTANCES ${ATTN_CUDA_DIR}/fwd_hd128_${dt}${causal}_sm90.cu)
+    endforeach()
+  endforeach()
+endif()
+
 # ---- the real CUDA build -----------------------------------------------------------------
 set(ATTN_CUDA_ENABLED OFF)
 if(NOT ATTN_CUDA STREQUAL "OFF")
@@ -112,6 +122,27 @@ if(ATTN_CUDA_ENABLED)
   set_target_properties(attnrun_cuda_kernels PROPERTIES CUDA_COMPILER_LAUNCHER
     "${CMAKE_COMMAND};-DATTN_PTXAS_LOG_DIR=${ATTN_PTXAS_LOG_DIR};-P;${ATTN_ROOT}/cmake/check_spills.cmake;--")
   target_link_libraries(attnrun_cuda_kernels PUBLIC CUDA::cudart_static)
+
+  # The sm90 instances get an object library of their own with the one architecture their
+  # instructions exist on (wgmma, setmaxnreg: sm_90a), the same flags and ptxas reports;
+  # without 90a in CMAKE_CUDA_ARCHITECTURES they are left out and dispatch.c never asks.
+  if(ATTN_CUDA_SM90_INSTANCES AND "90a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+    add_library(attnrun_cuda_sm90 OBJECT ${ATTN_CUDA_SM90_INSTANCES})
+    target_include_directories(attnrun_cuda_sm90 PRIVATE ${ATTN_CUDA_DIR} ${ATTN_ROOT}/include
+                               ${ATTN_ROOT}/runtime)
+    set_target_properties(attnrun_cuda_sm90 PROPERTIES CUDA_ARCHITECTURES 90a
+      CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON CUDA_STANDARD 17
+      CUDA_STANDARD_REQUIRED ON CUDA_VISIBILITY_PRESET hidden CUDA_COMPILER_LAUNCHER
+      "${CMAKE_COMMAND};-DATTN_PTXAS_LOG_DIR=${ATTN_PTXAS_LOG_DIR};-P;${ATTN_ROOT}/cmake/check_spills.cmake;--")
+    set_property(TARGET attnrun_cuda_sm90 PROPERTY COMPILE_OPTIONS "")
+    target_compile_options(attnrun_cuda_sm90 PRIVATE -Xptxas=-v -lineinfo -Xcompiler=-Wall,-Wextra)
+    if(ATTN_WERROR)
+      target_compile_options(attnrun_cuda_sm90 PRIVATE -Werror=all-warnings -Xcompiler=-Werror)
+    endif()
+    target_sources(attnrun_cuda_kernels PRIVATE $<TARGET_OBJECTS:attnrun_cuda_sm90>)
+    target_compile_definitions(attnrun_cuda_kernels PRIVATE ATTN_CUDA_SM90=1)
+    message(STATUS "attnrun: Hopper forward (sm_90a TMA + wgmma) built for head dim 128")
+  endif()
 
   if(TARGET attnrun)
     # attnrun existed before CUDA was enabled: give it the architectures for its link and

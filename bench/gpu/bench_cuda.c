@@ -8,7 +8,12 @@
  * peers' rule: forward 2*B*H*N^2*(Dqk+Dv) (= 4*B*H*N^2*D; causal: half), backward 2.5x
  * forward. The backward
  * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
- * Prints a table; --json FILE appends one JSON record per (shape, pass).
+ * --path picks the forward kernels: mma (the mma.sync kernels), sm90 (the Hopper TMA +
+ * wgmma kernel where it applies: bf16/f16, head dim 128), both, or auto (the default: both
+ * for the bf16 d=128 forward, mma elsewhere); both paths of a shape run side by side and
+ * the sm90 row says its speed relative to mma's.
+ * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
+ * carry "impl": "attnrun-sm90".
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -37,6 +42,7 @@
 typedef struct {
   const char *json, *dtype_name;
   int dtype, reps, warmup, bwd, det;
+  const char *path; /* mma | sm90 | both | auto */
   int64_t tokens, model_dim;
   int nn, nd;
   int64_t ns[16];
@@ -234,7 +240,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: bench_cuda [--json FILE] [--dtype bf16|f16] [--n 1K,2K,..] [--hd 128,64,256,192x128]\n"
           "                  [--tokens 16384] [--model-dim 2048] [--reps 10] [--warmup 3]\n"
-          "                  [--no-bwd] [--det]\n");
+          "                  [--no-bwd] [--det] [--path mma|sm90|both|auto]\n");
   exit(2);
 }
 
@@ -256,9 +262,13 @@ static options parse(int argc, char **argv) {
     else if (!strcmp(a, "--warmup") && v) o.warmup = atoi(argv[++i]);
     else if (!strcmp(a, "--no-bwd")) o.bwd = 0;
     else if (!strcmp(a, "--det")) o.det = 1;
+    else if (!strcmp(a, "--path") && v) o.path = argv[++i];
     else usage();
   }
   if (o.reps < 1 || o.tokens < 1 || o.model_dim < 1) usage();
+  if (!o.path) o.path = "auto";
+  if (strcmp(o.path, "mma") && strcmp(o.path, "sm90") && strcmp(o.path, "both") && strcmp(o.path, "auto"))
+    usage();
   return o;
 }
 
@@ -286,79 +296,98 @@ int main(int argc, char **argv) {
          "FLOPs: fwd 2*B*H*N^2*(Dqk+Dv) (causal /2), bwd 2.5x\n",
          prop.name, prop.major, prop.minor, prop.multiProcessorCount, o.dtype_name,
          (long long)o.tokens, (long long)o.model_dim);
-  printf("%-4s %-7s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "hd", "N", "B", "H", "causal",
-         "median ms", "min ms", "TFLOP/s", "check");
+  printf("%-4s %-5s %-7s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "path", "hd", "N", "B", "H",
+         "causal", "median ms", "min ms", "TFLOP/s", "check");
   int failed = 0;
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)
-        for (int pass = 0; pass < 1 + o.bwd; pass++) {
-          const int64_t D = o.dqk[di], Dv = o.dv[di], N = o.ns[ni], H = o.model_dim / D;
-          const int64_t B = o.tokens / N > 0 ? o.tokens / N : 1;
-          attn_spec spec = ATTN_SPEC_INIT;
-          spec.num_heads_q = spec.num_heads_kv = (int32_t)H;
-          spec.head_dim_qk = (int32_t)D;
-          spec.head_dim_v = (int32_t)Dv;
-          spec.causal = causal;
-          attn_cuda_problem pb;
-          memset(&pb, 0, sizeof pb);
-          pb.B = B;
-          pb.Hq = pb.Hkv = H;
-          pb.Dqk = D;
-          pb.Dv = Dv;
-          pb.sq = pb.skv = pb.seq_q = pb.seq_kv = N;
-          pb.scale = 1.0f / sqrtf((float)D);
-          pb.causal = causal;
-          pb.window_left = pb.window_right = -1;
-          pb.dtype = o.dtype;
-          attn_cuda_view in = {NULL, N * H * D, H * D, D};
-          in.p = b.q;
-          pb.q = in;
-          in.p = b.k;
-          pb.k = in;
-          attn_cuda_view vin = {b.v, N * H * Dv, H * Dv, Dv};
-          pb.v = vin;
-          run_args ra = {&pb, &b, B * N * H * D, B * H * N, 0, o.det};
-          /* validate: one forward (and backward) before timing */
-          if (run_once(&ra) != ATTN_OK) {
-            fprintf(stderr, "hd=%lld: %s\n", (long long)D, attn_last_error());
-            failed = 1;
-            continue;
+        for (int pass = 0; pass < 1 + o.bwd; pass++)
+          for (int sm90 = 0; sm90 < 2; sm90++) {
+            const int64_t D = o.dqk[di], Dv = o.dv[di], N = o.ns[ni], H = o.model_dim / D;
+            /* paths of this (pass, dims, dtype): sm90 only where the Hopper kernel applies */
+            const int can90 = !pass && D == 128 && Dv == 128;
+            const int want90 = can90 && (!strcmp(o.path, "sm90") || !strcmp(o.path, "both") ||
+                                         (!strcmp(o.path, "auto") && o.dtype == ATTN_BF16));
+            const int want_mma = !want90 || strcmp(o.path, "sm90");
+            if (sm90 ? !want90 : !want_mma) continue;
+            attn_cuda_set_hopper(sm90);
+            const int64_t B = o.tokens / N > 0 ? o.tokens / N : 1;
+            attn_spec spec = ATTN_SPEC_INIT;
+            spec.num_heads_q = spec.num_heads_kv = (int32_t)H;
+            spec.head_dim_qk = (int32_t)D;
+            spec.head_dim_v = (int32_t)Dv;
+            spec.causal = causal;
+            attn_cuda_problem pb;
+            memset(&pb, 0, sizeof pb);
+            pb.B = B;
+            pb.Hq = pb.Hkv = H;
+            pb.Dqk = D;
+            pb.Dv = Dv;
+            pb.sq = pb.skv = pb.seq_q = pb.seq_kv = N;
+            pb.scale = 1.0f / sqrtf((float)D);
+            pb.causal = causal;
+            pb.window_left = pb.window_right = -1;
+            pb.dtype = o.dtype;
+            attn_cuda_view in = {NULL, N * H * D, H * D, D};
+            in.p = b.q;
+            pb.q = in;
+            in.p = b.k;
+            pb.k = in;
+            attn_cuda_view vin = {b.v, N * H * Dv, H * Dv, Dv};
+            pb.v = vin;
+            run_args ra = {&pb, &b, B * N * H * D, B * H * N, 0, o.det};
+            /* validate: one forward (and backward) before timing */
+            if (run_once(&ra) != ATTN_OK) {
+              fprintf(stderr, "hd=%lld: %s\n", (long long)D, attn_last_error());
+              failed = 1;
+              continue;
+            }
+            if (sm90 && strcmp(attn_cuda_last_fwd_path(), "sm90")) {
+              fprintf(stderr, "hd=%lld N=%lld: the sm90 forward did not run (%s ran; ATTN_DEBUG=INFO says why)\n",
+                      (long long)D, (long long)N, attn_cuda_last_fwd_path());
+              failed = 1;
+              continue;
+            }
+            ra.bwd = pass;
+            if (pass && run_once(&ra) != ATTN_OK) {
+              fprintf(stderr, "bwd hd=%lld: %s\n", (long long)D, attn_last_error());
+              failed = 1;
+              continue;
+            }
+            CHECK_CUDA(cudaStreamSynchronize(b.stream));
+            const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
+            const int ok = rel <= (pass ? 3e-2 : 2e-2);
+            failed |= !ok;
+            double med, mn;
+            time_runs(&ra, o.warmup, o.reps, &med, &mn);
+            const double flops = 2.0 * B * H * (double)N * N * (double)(D + Dv) * (causal ? 0.5 : 1.0) *
+                                 (pass ? 2.5 : 1.0);
+            char hd[32];
+            if (D == Dv) snprintf(hd, sizeof hd, "%lld", (long long)D);
+            else snprintf(hd, sizeof hd, "%lldx%lld", (long long)D, (long long)Dv);
+            const double tf = flops / (med * 1e-3) / 1e12;
+            static double mma_ms; /* the mma row of the same shape, just before */
+            char rel_mma[32] = "";
+            if (!sm90) mma_ms = med;
+            else if (want_mma && mma_ms > 0) snprintf(rel_mma, sizeof rel_mma, "  %.2fx mma", mma_ms / med);
+            printf("%-4s %-5s %-7s %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s%s\n", pass ? "bwd" : "fwd",
+                   sm90 ? "sm90" : "mma", hd, (long long)N, (long long)B, (long long)H,
+                   causal ? "yes" : "no", med, mn, tf, ok ? "ok" : "FAIL", rel_mma);
+            if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
+            fflush(stdout);
+            if (js)
+              fprintf(js,
+                      "{\"impl\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", \"hd\": %lld, "
+                      "\"hd_v\": %lld, \"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
+                      "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
+                      "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
+                      "\"git\": \"%s\", \"date\": \"%s\"}\n",
+                      sm90 ? "attnrun-sm90" : "attnrun", pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
+                      (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
+                      prop.name, BENCH_GIT_SHA, date);
           }
-          ra.bwd = pass;
-          if (pass && run_once(&ra) != ATTN_OK) {
-            fprintf(stderr, "bwd hd=%lld: %s\n", (long long)D, attn_last_error());
-            failed = 1;
-            continue;
-          }
-          CHECK_CUDA(cudaStreamSynchronize(b.stream));
-          const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
-          const int ok = rel <= (pass ? 3e-2 : 2e-2);
-          failed |= !ok;
-          double med, mn;
-          time_runs(&ra, o.warmup, o.reps, &med, &mn);
-          const double flops = 2.0 * B * H * (double)N * N * (double)(D + Dv) * (causal ? 0.5 : 1.0) *
-                               (pass ? 2.5 : 1.0);
-          char hd[32];
-          if (D == Dv) snprintf(hd, sizeof hd, "%lld", (long long)D);
-          else snprintf(hd, sizeof hd, "%lldx%lld", (long long)D, (long long)Dv);
-          const double tf = flops / (med * 1e-3) / 1e12;
-          printf("%-4s %-7s %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s\n", pass ? "bwd" : "fwd",
-                 hd, (long long)N, (long long)B, (long long)H, causal ? "yes" : "no", med,
-                 mn, tf, ok ? "ok" : "FAIL");
-          if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
-          fflush(stdout);
-          if (js)
-            fprintf(js,
-                    "{\"impl\": \"attnrun\", \"pass\": \"%s\", \"dtype\": \"%s\", \"hd\": %lld, "
-                    "\"hd_v\": %lld, \"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
-                    "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
-                    "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
-                    "\"git\": \"%s\", \"date\": \"%s\"}\n",
-                    pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
-                    (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
-                    prop.name, BENCH_GIT_SHA, date);
-        }
+  attn_cuda_set_hopper(-1);
   if (js) fclose(js);
   return failed;
 }

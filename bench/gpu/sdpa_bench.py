@@ -125,9 +125,10 @@ def compare(args):
                 continue
             key = (r["pass"], dims(r), r["N"], r["causal"])
             rows.setdefault(key, {})[r["impl"]] = r
-    impls = ["attnrun", "torch-flash", "torch-cudnn"]
-    lines = ["| pass | hd | N | causal | attnrun TFLOP/s | torch flash | torch cuDNN | attnrun / best torch | check |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    impls = ["attnrun", "attnrun-sm90", "torch-flash", "torch-cudnn"]
+    lines = ["| pass | hd | N | causal | attnrun TFLOP/s | attnrun sm90 | torch flash | torch cuDNN "
+             "| attnrun / best torch | sm90 / best torch | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows, key=lambda k: (k[0] != "fwd", -k[1][0], -k[1][1], k[2], k[3])):
         r = rows[key]
 
@@ -138,18 +139,20 @@ def compare(args):
         ours = tf("attnrun")
         best = max([t for t in (tf("torch-flash"), tf("torch-cudnn")) if t is not None], default=None)
         ratio = f"{ours / best:.2f}" if ours is not None and best else "-"
+        hop = tf("attnrun-sm90")
+        ratio90 = f"{hop / best:.2f}" if hop is not None and best else "-"
         cells = [f"{tf(i):.1f}" if tf(i) is not None else ("error" if i in r else "-") for i in impls]
-        check = r.get("attnrun", {}).get("check", "-")
+        check = "/".join(r[i].get("check", "-") for i in ("attnrun", "attnrun-sm90") if i in r) or "-"
         lines.append(f"| {key[0]} | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
-                     + " | ".join(cells) + f" | {ratio} | {check} |")
+                     + " | ".join(cells) + f" | {ratio} | {ratio90} | {check} |")
     for r in det:
         if r["pass"] != "bwd":
             continue
         base = rows.get(("bwd", dims(r), r["N"], r["causal"]), {}).get("attnrun", {}).get("tflops")
         lines.append(f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-                     f"{r['tflops']:.1f} | - | - | {r['tflops'] / base:.2f} of atomic dQ |" if base else
+                     f"{r['tflops']:.1f} | - | - | - | {r['tflops'] / base:.2f} of atomic dQ | - |" if base else
                      f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-                     f"{r['tflops']:.1f} | - | - | - |")
+                     f"{r['tflops']:.1f} | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"

@@ -116,6 +116,7 @@ FA_DEV void fa_mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b
 FA_DEV void fa_mma_f16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   emu_mma_16816(d, a, b0, b1, 0);
 }
+FA_DEV uint32_t fa_smem_addr(const void *p) { return emu_smem_addr(p); }
 FA_DEV void fa_ldsm_x4(uint32_t r[4], const void *row) { emu_ldmatrix_x4(r, row, 0); }
 FA_DEV void fa_ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldmatrix_x4(r, row, 1); }
 FA_DEV void fa_cp_async16(void *dst, const void *src, int valid) {

@@ -1,7 +1,9 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
- * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers. Plain C: no CUDA
- * headers; launch errors come back as cudaError_t values and are worded here. */
+ * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the one-shot
+ * forward at head dim 128 goes to the Hopper kernel (fwd_sm90_body.cuh) where it can run
+ * and ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back as
+ * cudaError_t values and are worded here. */
 #include <stdint.h>
 #include <string.h>
 
@@ -50,6 +52,55 @@ DECLARE_SET(hd192x128)
 #endif
 
 FA_DECLARE_INSTANCE(f32)
+
+#ifdef ATTN_CUDA_SM90
+int attn_cuda__fwd_hd128_bf16_sm90(const fa_call *c);
+int attn_cuda__fwd_hd128_bf16_causal_sm90(const fa_call *c);
+int attn_cuda__fwd_hd128_f16_sm90(const fa_call *c);
+int attn_cuda__fwd_hd128_f16_causal_sm90(const fa_call *c);
+#endif
+
+/* ---- the Hopper forward: when it is taken ------------------------------------------------
+ * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernel) on a compute
+ * capability 9.0 device, for one-shot bf16/f16 forwards at head dim 128 without varlen or a
+ * block mask; the launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a
+ * image or TMA cannot describe a view. Everything else runs the mma.sync kernels. */
+static int hopper_override = -1;
+
+void attn_cuda_set_hopper(int mode) { hopper_override = mode < 0 ? -1 : mode != 0; }
+
+/* The Hopper launcher for p, or NULL with *why saying what rules it out. */
+static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
+#ifdef ATTN_CUDA_SM90
+  static const fa_launcher set[2][2] = {
+      {attn_cuda__fwd_hd128_bf16_sm90, attn_cuda__fwd_hd128_bf16_causal_sm90},
+      {attn_cuda__fwd_hd128_f16_sm90, attn_cuda__fwd_hd128_f16_causal_sm90}};
+  const int on = hopper_override >= 0 ? hopper_override : (int)ATTN_PARAM("CUDA_HOPPER", 0);
+  const int cc = attn_cuda__device_cc();
+  if (!on) *why = "ATTN_CUDA_HOPPER=0";
+  else if (cc != 90) *why = "the device is not compute capability 9.0";
+  else if (p->dtype == ATTN_F32 || p->Dqk != 128 || p->Dv != 128) *why = "it takes bf16/f16 at head dim 128 only";
+  else if (p->num_seqs || p->block_mask) *why = "varlen and block masks run on mma.sync";
+  else return set[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
+  return NULL;
+#else
+  (void)p;
+  *why = "this build has no sm_90a kernels";
+  return NULL;
+#endif
+}
+
+static const char *last_used = "none";
+
+/* Logs the forward's kernel choice at INFO when it differs from the last one logged. */
+static void log_path(const char *path, const char *why) {
+  static const char *last_path, *last_why;
+  last_used = path[0] == 's' ? "sm90" : "mma";
+  if (path == last_path && why == last_why) return;
+  last_path = path;
+  last_why = why;
+  attn__log(ATTN_LOG_INFO, "cuda forward: %s%s%s", path, why ? " — " : "", why ? why : "");
+}
 
 /* float32: one instance (causal and the head dims are read at run time). */
 static int f32_dims_ok(int64_t dqk, int64_t dv) {
@@ -221,8 +272,28 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  const char *why = NULL;
+  const fa_launcher hop = hopper_fwd(p, &why);
+  if (hop) {
+    const int err = hop(&c);
+    if (err != FA_ERR_FALLBACK) {
+      log_path("sm90 (TMA + wgmma, warp-specialised)", NULL);
+      return launched(err, "flash forward (sm90)", in);
+    }
+    why = "the sm90 launcher declined (no sm_90a image, or a view TMA cannot describe)";
+  }
+  log_path("mma.sync", why);
   return launched(in->fwd(&c), "flash forward", in);
 }
+
+const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
+  const char *why = NULL;
+  if (!p || !find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) return "none";
+  if (p->dtype == ATTN_F32) return "f32";
+  return hopper_fwd(p, &why) ? "sm90" : "mma";
+}
+
+const char *attn_cuda_last_fwd_path(void) { return last_used; }
 
 static attn_status check_state(const attn_cuda_problem *p, const attn_state *st) {
   if (!st || !st->m || !st->l || !st->acc)

@@ -26,7 +26,10 @@ typedef struct {
   void *stream;
 } fa_call;
 
-/* Each returns 0 or a cudaError_t value (the dispatcher turns it into a message). */
+/* Each returns 0 or a cudaError_t value (the dispatcher turns it into a message), or
+ * FA_ERR_FALLBACK: this instance cannot take the problem here (nothing was launched); the
+ * dispatcher runs the general instance instead. */
+#define FA_ERR_FALLBACK (-1)
 typedef int (*fa_launcher)(const fa_call *c);
 
 #define FA_DECLARE_INSTANCE(sfx)                 \

@@ -30,9 +30,11 @@
  * group's S^T and dP^T); the dQ kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer
  * query rows per CTA would not help: 16 is the mma's M.
  *
- * Future work (not in this build): a Hopper path (sm_90a: wgmma with B from shared
- * memory, TMA loads on an mbarrier, warp-specialised producer/consumer warpgroups) for
- * the forward and the dK/dV kernel; these mma.sync kernels stay as the sm_80 path. */
+ * The Hopper forward (fwd_sm90_body.cuh, head dim 128, sm_90a only) has its own shapes:
+ * 3 warpgroups (a TMA producer, two wgmma consumers of 64 rows), 128 rows x 128 keys, a
+ * 2-stage K/V ring, 161 KB of shared memory, 168 registers at entry rebalanced by
+ * setmaxnreg to 40 (producer) / 232 (consumers); no spills. A Hopper dK/dV kernel is
+ * future work; these mma.sync kernels stay the sm_80 path and the fallback. */
 #ifndef ATTN_CUDA_TRAITS_H
 #define ATTN_CUDA_TRAITS_H
 

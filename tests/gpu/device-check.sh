@@ -221,15 +221,16 @@ BENCH_BIN="$BUILD/bench/gpu/bench_cuda"
 
 # ---- 2. checks ----------------------------------------------------------------------------
 stage ptxas-spills 60 ctest --test-dir "$BUILD" -R cuda_ptxas_spills --output-on-failure
-# Instruction census of two kernels' machine code: tensor-core MMAs, ldmatrix, cp.async,
-# and local-memory traffic (which should be zero).
+# Instruction census of three kernels' machine code: tensor-core MMAs (HMMA: mma.sync,
+# HGMMA: wgmma), ldmatrix, cp.async, TMA loads (UTMALDG), setmaxnreg (USETMAXREG), and
+# local-memory traffic (which should be zero).
 sass() {
   local obj n
-  for k in fwd_hd128_bf16_causal bwd_hd128_bf16; do
+  for k in fwd_hd128_bf16_causal bwd_hd128_bf16 fwd_hd128_bf16_causal_sm90; do
     obj=$(find "$BUILD" -name "$k.cu.o" | head -1)
     [ -n "$obj" ] || { echo "no object for $k"; continue; }
     cuobjdump -sass "$obj" >"$BUILD/$k.sass" || return 1
-    for ins in HMMA LDSM LDGSTS BAR.SYNC MUFU.EX2 LDL STL; do
+    for ins in HMMA HGMMA LDSM LDGSTS UTMALDG USETMAXREG BAR.SYNC MUFU.EX2 LDL STL; do
       n=$(grep -c "$ins" "$BUILD/$k.sass")
       printf '%s %s=%s\n' "$k" "$ins" "$n"
     done
@@ -240,6 +241,10 @@ stage sass 30 bash -c "BUILD='$BUILD'; $(declare -f sass); sass"
 CTEST_OUT="$DEST/.ctest.txt"
 STAGE_NOTE="ctest -L gpu -j4"
 stage tests 240 bash -c "set -o pipefail; ctest --test-dir '$BUILD' -L gpu --output-on-failure -j 4 --timeout 300 | tee '$CTEST_OUT'"
+# The forward parts again with the Hopper kernel allowed (ATTN_CUDA_HOPPER=1): on sm_90
+# every one-shot d=128 forward of them runs flash_fwd_*_sm90 (the hopper part ran it already).
+STAGE_NOTE="ATTN_CUDA_HOPPER=1: fwd flags windows empty quick"
+stage tests-hopper 200 env ATTN_CUDA_HOPPER=1 ctest --test-dir "$BUILD" -L gpu -R 'cuda_(fwd|flags|windows|empty|quick)$' --output-on-failure -j 4 --timeout 300
 SANITIZER=$(command -v compute-sanitizer || true)
 for c in "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/compute-sanitizer" \
   /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
@@ -250,6 +255,8 @@ if [ -n "$SANITIZER" ]; then
   stage memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
   STAGE_NOTE="test_cuda_attn quick (shared-memory hazards)"
   stage racecheck 150 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_attn quick, ATTN_CUDA_HOPPER=1"
+  stage memcheck-hopper 150 env ATTN_CUDA_HOPPER=1 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
@@ -259,7 +266,7 @@ JSON="$DEST/bench-$DATE-$CARD.jsonl"
 MD="$DEST/bench-$DATE-$CARD.md"
 : >"$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
-STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens"
+STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens; the d=128 forward on mma and sm90"
 stage bench-attnrun 180 "$BENCH_BIN" --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K"
 stage bench-attnrun-det 40 "$BENCH_BIN" --det --n 8192 --hd 128 --json "$JSON"

@@ -47,6 +47,38 @@ void emu_cp_async(void *smem_dst, const void *gmem_src, int bytes, int src_bytes
 void emu_cp_commit(void);
 void emu_cp_wait(int pending_groups);
 
+/* ---- sm_90 (kernels/cuda/device_sm90.cuh) ------------------------------------------
+ * Shared addresses are byte offsets from the block's shared memory (the swizzle patterns
+ * key on them). mbarriers: phases complete when the arrivals of the init count are in and
+ * the transaction count is back to 0; a wait blocks until the phase of the given parity
+ * has completed. TMA loads read global memory and land (swizzled, out-of-range elements
+ * 0) only when some thread waits on their mbarrier; their destination reads as NaN
+ * before. wgmma is a warpgroup collective (4 consecutive warps): operands are taken at
+ * the issue, the accumulators read as NaN until the thread's wgmma.wait_group retires
+ * the group, and an mma_async needs a wgmma.fence since the thread's last wait. */
+struct emu_tmap {
+  const void *base;
+  int rank, elem_bytes, swizzle_bytes; /* swizzle: 0 (none), 32, 64 or 128 */
+  uint64_t dims[5], strides[5];        /* elements; bytes (strides[0] = elem_bytes) */
+  uint32_t box[5];
+};
+uint32_t emu_smem_addr(const void *p);
+void emu_mbar_init(uint64_t *bar, int count);
+/* Adds tx_bytes to the transaction count, then arrives (mbarrier.arrive.expect_tx). */
+void emu_mbar_arrive(uint64_t *bar, uint32_t tx_bytes);
+void emu_mbar_wait(uint64_t *bar, int parity);
+void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar);
+void emu_wgmma_fence(void);
+void emu_wgmma_commit(void);
+void emu_wgmma_wait(int pending_groups);
+/* d[n/2] (+)= A B, m64 n k16 f32: A from the descriptor desc_a (K-major) or, when a_regs is
+ * not NULL, from the warpgroup's registers; B from desc_b, K-major (trans_b 0) or
+ * MN-major (1). scale_d 0: d = A B. */
+void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_t desc_b,
+               int scale_d, int trans_b, int is_bf16);
+/* The shared-memory address swizzle of a mode (bytes 0, 32, 64, 128). */
+uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes);
+
 uint32_t emu_pack_bf16(float lo, float hi);
 uint32_t emu_pack_f16(float lo, float hi);
 float emu_bf16_to_float(uint16_t h);

@@ -3,9 +3,10 @@
  * and varlen, the block API (chained / merged / split rows == one shot), empty rows and
  * NaN/Inf in unseen keys, deterministic backward bitwise repeatable, unsupported inputs.
  * bf16/fp16 judged by the 2x same-precision rule. Exits 77 when there is no device.
- * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32
+ * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32|hopper
  * (one ctest each; dims: head dim 256 and (Dqk, Dv) = (192, 128) on small shapes; f32: the
- * float32 SIMT kernels, judged against float32 tolerances).
+ * float32 SIMT kernels, judged against float32 tolerances; hopper: the sm90 forward, with
+ * the path each case took checked against attn_cuda_fwd_path).
  * Built twice: on the CUDA runtime, and on the emulator (smaller cases) for CPU-only CI. */
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 static uint64_t next_seed = 1;
 static int E; /* emulated: fewer, smaller cases */
+static int check_path; /* hopper part: the forward took the path attn_cuda_fwd_path names */
 
 /* 1 when this build has kernels for the case's head dims and dtype. */
 static int have_dims(const gc_case *c) {
@@ -47,6 +49,12 @@ static void run(gc_case c, int bwd) {
   gc_out out = {0};
   gc_init(&P, &c);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  if (check_path) {
+    const char *want = attn_cuda_fwd_path(&P.pb), *got = attn_cuda_last_fwd_path();
+    char desc[600];
+    gc_describe(&c, desc, sizeof desc);
+    TU_CHECK(!strcmp(want, got), "forward ran %s, expected %s: %s", got, want, desc);
+  }
   if (bwd) expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
   gc_check(&P, &out, bwd, bwd ? ((c.seed & 1) ? "fwd+bwd (deterministic)" : "fwd+bwd") : "fwd");
   gc_out_free(&out);
@@ -202,6 +210,7 @@ static void run_empty(gc_case c, int expect);
 static void run_hot(gc_case c);
 static void check_block_case(gc_case c);
 enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
+static void sweep_hopper(void);
 
 static void sweep_wide_dims(void) {
   static const int dims[][2] = {{256, 256}, {192, 128}};
@@ -280,6 +289,66 @@ static void sweep_f32(void) {
   if (E) return;
   run((gc_case){.name = "f32 big", .B = 1, .Sq = 700, .Skv = 1030, .Hq = 2, .Hkv = 1, .D = 128,
                 .causal = 1, .dtype = ATTN_F32}, 1);
+}
+
+/* ---- the Hopper forward (sm90: TMA, wgmma, warp-specialised) --------------------------
+ * Head dim 128, bf16/f16, one shot: around its 128-row / 128-key tiles (and the 64-row
+ * consumer halves), Sq != Skv both ways, every mask flag, GQA/MQA, strided views, empty
+ * rows and NaN/Inf in unseen keys; varlen, block masks and the block API must route to the
+ * mma.sync kernel. The sm90 path is on for the whole part (attn_cuda_set_hopper(1)); on a
+ * device that is not compute capability 9.0 every case runs mma.sync. */
+static void sweep_hopper(void) {
+  static const int64_t sizes[][2] = {{1, 1},     {64, 64},   {65, 63},   {127, 129}, {129, 127},
+                                     {128, 128}, {200, 333}, {333, 200}, {256, 1},   {1, 300},
+                                     {1000, 1030}};
+  static const int64_t emu_sizes[][2] = {{1, 1}, {65, 63}, {129, 200}, {200, 129}, {1, 130}};
+  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  attn_cuda_set_hopper(1);
+  check_path = 1;
+  for (int i = 0; i < n; i++)
+    for (int causal = 0; causal < 2; causal++) {
+      gc_case c = {.name = "sm90 shape", .B = 1 + (i & 1), .Sq = E ? emu_sizes[i][0] : sizes[i][0],
+                   .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = 2, .Hkv = 1, .D = 128,
+                   .causal = causal, .bhsd = i % 3 == 1,
+                   .dtype = ((i + causal) & 1) ? ATTN_F16 : ATTN_BF16};
+      run(c, i == 2);
+    }
+  /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
+  for (int m = 0; m < 32; m += E ? 3 : 1) {
+    gc_case c = {.name = "sm90 flags", .B = 1, .Sq = E ? 150 : 300, .Skv = E ? 170 : 280,
+                 .Hq = 4, .Hkv = (m & 16) ? 1 : 2, .D = 128, .causal = m & 1,
+                 .bhsd = (m >> 3) & 1, .dtype = (m >> 2) & 1 ? ATTN_F16 : ATTN_BF16};
+    if (m & 2) c.window = 1, c.wl = (m & 4) ? 20 : 130, c.wr = (m & 1) ? -1 : 33;
+    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+    c.sinks = (m >> 3) & 1;
+    c.alibi = (m >> 1) & 1;
+    run(c, 0);
+  }
+  run_empty((gc_case){.name = "sm90 causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70,
+                      .Hq = 2, .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
+            EXPECT_EMPTY_ROWS);
+  run_empty((gc_case){.name = "sm90 window off the end", .B = 1, .Sq = E ? 150 : 300, .Skv = 100,
+                      .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
+                      .dtype = ATTN_F16}, EXPECT_EMPTY_ROWS);
+  run_empty((gc_case){.name = "sm90 narrow window", .B = 1, .Sq = E ? 70 : 150, .Skv = E ? 300 : 500,
+                      .Hq = 2, .Hkv = 1, .D = 128, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
+                      .dtype = ATTN_BF16}, EXPECT_UNSEEN_KEYS);
+  run_hot((gc_case){.name = "sm90 hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
+                    .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
+                    .dtype = ATTN_BF16});
+  /* routed to mma.sync: varlen, block masks (and, in check_block_case, the block API) */
+  static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
+  run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3, .lq = lq,
+                .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0);
+  run((gc_case){.name = "sm90 -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2, .Hkv = 1,
+                .D = 128, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0);
+  check_block_case((gc_case){.name = "sm90 block API", .B = 1, .Sq = 90, .Skv = 150, .Hq = 2,
+                             .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16});
+  if (!E)
+    both_dtypes((gc_case){.name = "sm90 big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
+                          .D = 128, .causal = 1, .sinks = 1}, 0);
+  check_path = 0;
+  attn_cuda_set_hopper(-1);
 }
 
 /* ---- the block API ------------------------------------------------------------------- */
@@ -611,7 +680,8 @@ static void check_api(void) {
   p = P.pb;
   p.Dqk = 192;
   p.Dv = 128;
-  expect_fail(attn_cuda_check(&p), have_dims(&(gc_case){.D = 192, .Dv = 128}) ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
+  const int have_192 = have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16});
+  expect_fail(attn_cuda_check(&p), have_192 ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
               "head_dim_v=128", "192x128");
   p.Dqk = 128;
   p.Dv = 64;
@@ -676,8 +746,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(part, "quick")) quick();
   else if (!strcmp(part, "dims")) sweep_wide_dims();
   else if (!strcmp(part, "f32")) sweep_f32();
+  else if (!strcmp(part, "hopper")) sweep_hopper();
   else {
-    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32)\n", part);
+    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32|hopper)\n", part);
     return 2;
   }
   char name[64];

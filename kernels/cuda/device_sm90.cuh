@@ -1,0 +1,180 @@
+/* device_sm90.cuh — the Hopper (sm_90a) primitives of the warp-specialised forward kernel
+ * (fwd_sm90_body.cuh): mbarriers with transaction counts, TMA tile loads
+ * (cp.async.bulk.tensor onto an mbarrier), wgmma.mma_async m64n128k16 (A from shared
+ * memory or registers, B from shared memory through 128-byte-swizzled descriptors) with its
+ * fence / commit / wait, setmaxnreg and the async-proxy fence. With -DATTN_CUDA_EMULATE the
+ * same names map to the host model in tests/gpu/emu.h (emu.cc writes their semantics from
+ * the PTX ISA), so the kernel runs on a CPU too.
+ *
+ * Shared-memory tiles here are [rows][64] bf16/f16 blocks of 128-byte rows, as TMA writes
+ * them with CU_TENSOR_MAP_SWIZZLE_128B: the 16-byte chunk c of row r sits at chunk
+ * c ^ (r % 8), a pattern of 8 rows (1024 bytes) keyed to address bits 7-9, so every block
+ * starts 1024-byte aligned. Only the device code of the sm_90a pass uses the real
+ * instructions; other passes see the declarations (fa_sm90_device_ok() says which). */
+#ifndef ATTN_CUDA_DEVICE_SM90_CUH
+#define ATTN_CUDA_DEVICE_SM90_CUH
+
+#include "device.cuh"
+
+/* 1 in the device pass that has the sm_90a instructions (and on the emulator). */
+#if defined(ATTN_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90_DEVICE 1
+#else
+#define FA_SM90_DEVICE 0
+#endif
+
+/* The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start
+ * address, leading and stride byte offsets (each >> 4, 14 bits), base offset 0, swizzle
+ * mode in bits 62-63 (1 = 128-byte swizzle). */
+FA_DEV uint64_t fa_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+#ifndef ATTN_CUDA_EMULATE
+#include <cuda.h> /* CUtensorMap: types only; the driver is reached through cudart */
+#include <cudaTypedefs.h>
+
+typedef CUtensorMap fa_tmap;
+#define FA_GRID_CONST __grid_constant__
+
+#if FA_SM90_DEVICE
+FA_DEV void fa_mbar_init(uint64_t *bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(fa_smem_addr(bar)), "r"(count)
+               : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (TMA) and the other threads. */
+FA_DEV void fa_mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+FA_DEV void fa_mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(fa_smem_addr(bar)) : "memory");
+}
+FA_DEV void fa_mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(fa_smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+/* Blocks until the phase of the given parity has completed. */
+FA_DEV void fa_mbar_wait(uint64_t *bar, int parity) {
+  const uint32_t a = fa_smem_addr(bar);
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+}
+/* A 4-d TMA box (coordinates innermost first, elements; out-of-range elements read 0) to
+ * shared memory; its bytes count against bar's transaction count. */
+FA_DEV void fa_tma_load_4d(void *dst, const fa_tmap *map, int c0, int c1, int c2, int c3,
+                           uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(fa_smem_addr(dst)),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(fa_smem_addr(bar))
+      : "memory");
+}
+FA_DEV void fa_tmap_prefetch(const fa_tmap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)(uintptr_t)map) : "memory");
+}
+/* Generic-proxy shared-memory writes made visible to later async-proxy (wgmma) reads. */
+FA_DEV void fa_fence_proxy_async(void) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int N> FA_DEV void fa_setmaxnreg_dec(void) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> FA_DEV void fa_setmaxnreg_inc(void) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+/* x as lane 0 has it: lets the compiler treat a warp-uniform value (the warpgroup index)
+ * as such, so branches on it are not divergent paths around wgmma. */
+FA_DEV int fa_warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+FA_DEV void fa_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+FA_DEV void fa_wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> FA_DEV void fa_wgmma_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accesses of an accumulator across a wgmma fence / wait. */
+FA_DEV void fa_reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+
+#define FA_WG_D8(i)                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_WG_D64                                                                           \
+  FA_WG_D8(0), FA_WG_D8(8), FA_WG_D8(16), FA_WG_D8(24), FA_WG_D8(32), FA_WG_D8(40),         \
+      FA_WG_D8(48), FA_WG_D8(56)
+#define FA_WG_REGS64                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+/* d[64] (+)= A B, m64n128k16, f32 accumulators (the m64nNk16 D fragment); A and B both
+ * from shared memory, K-major (no transpose); scale_d == 0 overwrites d. */
+#define FA_WGMMA_SS(name, ty)                                                                 \
+  FA_DEV void name(float d[64], uint64_t da, uint64_t db, int scale_d) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " FA_WG_REGS64    \
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                             \
+                 : FA_WG_D64                                                                  \
+                 : "l"(da), "l"(db), "r"(scale_d));                                           \
+  }
+/* d[64] += A B, m64n128k16: A from registers (the m16n8k16 A fragment of each warp's 16
+ * rows, packed pairs), B from shared memory MN-major (transposed). */
+#define FA_WGMMA_RS_T(name, ty)                                                               \
+  FA_DEV void name(float d[64], const uint32_t a[4], uint64_t db) {                           \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " FA_WG_REGS64    \
+                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"                                  \
+                 : FA_WG_D64                                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                      \
+  }
+FA_WGMMA_SS(fa_wgmma_ss_bf16, "bf16")
+FA_WGMMA_SS(fa_wgmma_ss_f16, "f16")
+FA_WGMMA_RS_T(fa_wgmma_rs_t_bf16, "bf16")
+FA_WGMMA_RS_T(fa_wgmma_rs_t_f16, "f16")
+#undef FA_WGMMA_SS
+#undef FA_WGMMA_RS_T
+#endif /* FA_SM90_DEVICE */
+
+#else /* ---- host emulation ------------------------------------------------------------ */
+typedef emu_tmap fa_tmap;
+#define FA_GRID_CONST
+
+FA_DEV void fa_mbar_init(uint64_t *bar, int count) { emu_mbar_init(bar, count); }
+FA_DEV void fa_mbar_init_fence(void) {}
+FA_DEV void fa_mbar_arrive(uint64_t *bar) { emu_mbar_arrive(bar, 0); }
+FA_DEV void fa_mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
+FA_DEV void fa_mbar_wait(uint64_t *bar, int parity) { emu_mbar_wait(bar, parity); }
+FA_DEV void fa_tma_load_4d(void *dst, const fa_tmap *map, int c0, int c1, int c2, int c3,
+                           uint64_t *bar) {
+  const int c[4] = {c0, c1, c2, c3};
+  emu_tma_load(dst, map, c, bar);
+}
+FA_DEV void fa_tmap_prefetch(const fa_tmap *) {}
+FA_DEV void fa_fence_proxy_async(void) {}
+template <int N> FA_DEV void fa_setmaxnreg_dec(void) {}
+template <int N> FA_DEV void fa_setmaxnreg_inc(void) {}
+FA_DEV int fa_warp_uniform(int x) { return x; }
+FA_DEV void fa_wgmma_fence(void) { emu_wgmma_fence(); }
+FA_DEV void fa_wgmma_commit(void) { emu_wgmma_commit(); }
+template <int N> FA_DEV void fa_wgmma_wait(void) { emu_wgmma_wait(N); }
+FA_DEV void fa_reg_fence(float &) {}
+FA_DEV void fa_wgmma_ss_bf16(float d[64], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 1);
+}
+FA_DEV void fa_wgmma_ss_f16(float d[64], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 0);
+}
+FA_DEV void fa_wgmma_rs_t_bf16(float d[64], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 128, 0, a, db, 1, 1, 1);
+}
+FA_DEV void fa_wgmma_rs_t_f16(float d[64], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 128, 0, a, db, 1, 1, 0);
+}
+#endif
+
+#endif

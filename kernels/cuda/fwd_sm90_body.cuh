@@ -1,0 +1,352 @@
+/* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dim 128, one shot (O, LSE,
+ * sinks), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
+ *
+ * Warp-specialised: a CTA of three warpgroups owns 128 query rows of one (batch, head).
+ * Warpgroup 0 is the producer: one thread loads Q once and the K/V tiles of 128 keys into
+ * a two-stage ring with TMA (128-byte swizzle, completing on "full" mbarriers with
+ * transaction counts); its second warp zero-fills, in each V tile, the rows of keys that
+ * none of the CTA's queries sees, so NaN/Inf there cannot reach P V, and then signals the
+ * tile on "v_ok". Warpgroups 1 and 2 are the consumers, 64 rows each: S = Q K^T with
+ * wgmma m64n128k16 (Q and K from shared memory, K-major), the online softmax in
+ * registers (float32, log2 units, the mma.sync kernel's masking and transform), then
+ * O += P V with P from registers and V from shared memory (MN-major), and release the
+ * stage on "empty". setmaxnreg moves registers from the producer to the consumers.
+ *
+ * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
+ * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
+ * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
+ * block mode (float32 state), varlen, block masks, head dims other than 128, and views
+ * TMA cannot describe. */
+#include "common.cuh"
+#include "device_sm90.cuh"
+
+#if DQK != 128 || DV != 128
+#error "the sm90 forward is written for head dim 128"
+#endif
+
+#define H_BM 128  /* query rows per CTA: two consumer warpgroups of 64 */
+#define H_BN 128  /* keys per tile */
+#define H_STAGES 2
+#define H_THREADS 384
+#define H_CB 64 /* elements in a 128-byte swizzled column block */
+#define H_QBYTES (H_BM * DQK * 2)
+#define H_KBYTES (H_BN * DQK * 2)
+#define H_VBYTES (H_BN * DV * 2)
+#define H_NBAR (1 + 4 * H_STAGES)
+/* tiles, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
+#define H_SMEM_BYTES (1024 + H_QBYTES + H_STAGES * (H_KBYTES + H_VBYTES) + 8 * H_NBAR)
+#define H_PRODUCER_REGS 40
+#define H_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 of the SM's 65536 */
+
+#if FA_BF16
+#define h_wgmma_ss fa_wgmma_ss_bf16
+#define h_wgmma_rs_t fa_wgmma_rs_t_bf16
+#else
+#define h_wgmma_ss fa_wgmma_ss_f16
+#define h_wgmma_rs_t fa_wgmma_rs_t_f16
+#endif
+
+#ifndef FA_SM90_MAPS_DEFINED
+#define FA_SM90_MAPS_DEFINED
+/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128]: 4-d maps
+ * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle. */
+struct fa_sm90_maps {
+  fa_tmap q, k, v;
+};
+#endif
+
+FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa_sm90_maps maps) {
+#if FA_SM90_DEVICE
+  FA_SMEM(smem_raw);
+  unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
+  fa_elem *sQ = (fa_elem *)smem;            /* [2 column blocks][H_BM][64], swizzled */
+  fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][2][H_BN][64] */
+  fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][2][H_BN][64] */
+  uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV);
+  uint64_t *full_k = bar_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
+           *empty = v_ok + H_STAGES;
+  const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
+  const int b = (int)blockIdx.z, h = (int)blockIdx.y, hk = h / (int)p.group;
+  const int t = FA_CAUSAL ? (int)p.ntiles - 1 - (int)blockIdx.x : (int)blockIdx.x;
+  const int R0 = t * H_BM, rows = fa_min(H_BM, (int)p.sq - R0);
+  const fa_seg s = fa_make_seg(p, 0);
+  int lo_first, hi_first, lo_last, hi_last;
+  fa_row_keys(p, FA_CAUSAL, s, R0, lo_first, hi_first);
+  fa_row_keys(p, FA_CAUSAL, s, R0 + rows - 1, lo_last, hi_last);
+  const int kc0 = fa_max(lo_first, 0), kc1 = fa_min(hi_last + 1, (int)p.skv);
+  const int ntiles = kc0 < kc1 ? (kc1 - kc0 + H_BN - 1) / H_BN : 0;
+  const int kbase = kc1 - ntiles * H_BN; /* tile j: keys kbase + j*H_BN + [0, H_BN) */
+
+  if (tid == 0) {
+    fa_mbar_init(bar_q, 1);
+    for (int i = 0; i < H_STAGES; i++) {
+      fa_mbar_init(&full_k[i], 1);
+      fa_mbar_init(&full_v[i], 1);
+      fa_mbar_init(&v_ok[i], 1);
+      fa_mbar_init(&empty[i], 8); /* one arrival per consumer warp */
+    }
+    fa_mbar_init_fence();
+  }
+  FA_SYNC();
+
+  if (wg == 0) { /* ---- producer warpgroup ---------------------------------------------- */
+    fa_setmaxnreg_dec<H_PRODUCER_REGS>();
+    if (warp == 0 && lane == 0) {
+      fa_tmap_prefetch(&maps.q);
+      fa_tmap_prefetch(&maps.k);
+      fa_tmap_prefetch(&maps.v);
+      fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
+      fa_tma_load_4d(sQ, &maps.q, 0, R0, h, b, bar_q);
+      fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, R0, h, b, bar_q);
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
+        fa_elem *k = sK + st * H_BN * DQK, *v = sV + st * H_BN * DV;
+        fa_mbar_wait(&empty[st], ph ^ 1); /* the first use of a stage passes at once */
+        fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
+        fa_tma_load_4d(k, &maps.k, 0, k0, hk, b, &full_k[st]);
+        fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, k0, hk, b, &full_k[st]);
+        fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
+        fa_tma_load_4d(v, &maps.v, 0, k0, hk, b, &full_v[st]);
+        fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, k0, hk, b, &full_v[st]);
+      }
+    } else if (warp == 1) {
+      /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
+        fa_elem *v = sV + st * H_BN * DV;
+        fa_mbar_wait(&full_v[st], ph);
+        for (int r = lane; r < H_BN; r += 32) {
+          const int key = k0 + r;
+          if (key < 0 || key >= (int)p.skv) continue;
+          if (key >= kc0 && fa_key_seen(p, FA_CAUSAL, s, key, R0, R0 + rows - 1)) continue;
+          memset(v + r * H_CB, 0, 128);
+          memset(v + H_BN * H_CB + r * H_CB, 0, 128);
+        }
+        fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
+        fa_syncwarp();
+        if (lane == 0) fa_mbar_arrive(&v_ok[st]);
+      }
+    }
+    return;
+  }
+
+  /* ---- consumer warpgroups ------------------------------------------------------------ */
+  fa_setmaxnreg_inc<H_CONSUMER_REGS>();
+  const int cw = wg - 1, g = lane / 4, tg = lane % 4;
+  const int wr0 = 64 * cw + 16 * (warp % 4); /* this warp's first row in the CTA */
+  const int wg_rows = fa_min(fa_max(rows - 64 * cw, 0), 64);
+  int wlo_first = 0, whi_first = -1, wlo_last = 0, whi_last = -1;
+  if (wg_rows > 0) {
+    fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw, wlo_first, whi_first);
+    fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw + wg_rows - 1, wlo_last, whi_last);
+  }
+  int lo_r[2], hi_r[2], ipos[2];
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int r = wr0 + g + 8 * i;
+    lo_r[i] = (int)p.skv;
+    hi_r[i] = -1;
+    if (r < rows) fa_row_keys(p, FA_CAUSAL, s, R0 + r, lo_r[i], hi_r[i]);
+    ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
+  }
+  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
+  const uint32_t q_addr = fa_smem_addr(sQ + 64 * cw * H_CB);
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float acc[64]; /* O: the m64n128 D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) acc[x] = 0.0f;
+  fa_mbar_wait(bar_q, 0);
+
+  for (int j = 0; j < ntiles; j++) {
+    const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
+    const int ca = fa_max(k0, kc0), cb = k0 + H_BN;
+    /* warpgroup-uniform: 0 nothing visible, 1 every pair visible, 2 mask each element */
+    const int mode = wg_rows == 0 || whi_last < ca || wlo_first > cb - 1 ? 0
+                     : wg_rows == 64 && ca == k0 && wlo_last <= ca && whi_first >= cb - 1 ? 1
+                                                                                         : 2;
+    const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
+    const uint32_t v_addr = fa_smem_addr(sV + st * H_BN * DV);
+    float S[64];
+    fa_mbar_wait(&full_k[st], ph);
+    if (mode) {
+      fa_wgmma_fence();
+      FA_UNROLL
+      for (int kk = 0; kk < DQK / 16; kk++) {
+        /* 16 columns of d: column block kk/4, 32 bytes into the row; 8-row groups 1024
+         * bytes apart (SBO); LBO is unused by K-major swizzled layouts */
+        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
+        h_wgmma_ss(S, fa_wgmma_desc(q_addr + blk * H_BM + in_row, 16, 1024),
+                   fa_wgmma_desc(k_addr + blk * H_BN + in_row, 16, 1024), kk > 0);
+      }
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+      /* scores to log2 units, masked by select; row maxima over the quad */
+      float mx[2] = {m[0], m[1]};
+      const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
+      FA_UNROLL
+      for (int n = 0; n < H_BN / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int i = e >> 1, col = n * 8 + 2 * tg + (e & 1), key = k0 + col;
+          float x = fa_score(p, S[4 * n + e], alibi2, fabsf(base[i] - (float)col));
+          if (mode == 2 && !(key >= lo_r[i] && key <= hi_r[i])) x = -INFINITY;
+          S[4 * n + e] = x;
+          mx[i] = fmaxf(mx[i], x);
+        }
+      float alpha[2], mu[2];
+      FA_UNROLL
+      for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 2));
+        mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* nothing visible yet: P = 0, not NaN */
+        alpha[i] = exp2f(m[i] - mu[i]);
+        m[i] = mx[i];
+        l[i] *= alpha[i];
+      }
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) acc[x] *= alpha[(x >> 1) & 1];
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) {
+        const float pv = exp2f(S[x] - mu[(x >> 1) & 1]);
+        S[x] = pv;
+        l[(x >> 1) & 1] += pv;
+      }
+    }
+    fa_mbar_wait(&v_ok[st], ph);
+    if (mode) {
+      /* O += P V: P's D fragment is the A fragment of 16 keys; V is MN-major (d
+       * contiguous): d blocks of 64 H_BN * 128 bytes apart (LBO), 8-key groups 1024 (SBO) */
+      uint32_t P[32]; /* all of P packed before the fence: no register writes between wgmmas */
+      FA_UNROLL
+      for (int x = 0; x < 32; x++) P[x] = fa_pack(S[2 * x], S[2 * x + 1]);
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+      fa_wgmma_fence();
+      FA_UNROLL
+      for (int kc = 0; kc < H_BN / 16; kc++)
+        h_wgmma_rs_t(acc, P + 4 * kc, fa_wgmma_desc(v_addr + (uint32_t)kc * 16 * 128, H_BN * 128, 1024));
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+    }
+    fa_syncwarp();
+    if (lane == 0) fa_mbar_arrive(&empty[st]);
+  }
+
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    l[i] += fa_shfl_xor(l[i], 1);
+    l[i] += fa_shfl_xor(l[i], 2);
+  }
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int r = wr0 + g + 8 * i;
+    if (r >= rows) continue;
+    const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
+    const float top = fmaxf(m[i], sink2);
+    float inv = 0.0f, lse2 = -INFINITY;
+    if (top != -INFINITY) {
+      const float sm = exp2f(m[i] - top), z = l[i] * sm + exp2f(sink2 - top);
+      inv = sm / z;
+      lse2 = top + log2f(z);
+    }
+    fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
+    FA_UNROLL
+    for (int n = 0; n < DV / 8; n++)
+      *(uint32_t *)(o + n * 8 + 2 * tg) =
+          fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+    if (tg == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
+  }
+#endif
+}
+
+#ifndef FA_SM90_HOST_DEFINED
+#define FA_SM90_HOST_DEFINED
+/* A 4-d map (d, s, h, b) of a [B, S, H, D] view with 64 x box_rows boxes: 0 or
+ * FA_ERR_FALLBACK when TMA cannot describe it (strides must be positive multiples of 16
+ * bytes below 2^40; a stride of an extent-1 dimension is never used and is replaced). */
+static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
+                        int64_t B, int box_rows) {
+  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
+  uint64_t strides[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
+    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
+    strides[i] = (uint64_t)bytes;
+  }
+#ifndef ATTN_CUDA_EMULATE
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+  if (!encode) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn)
+      return FA_ERR_FALLBACK;
+    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+  }
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint32_t box[4] = {H_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
+  const CUresult r = encode(m, FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
+#else
+  memset(m, 0, sizeof *m);
+  m->base = v.p;
+  m->rank = 4;
+  m->elem_bytes = 2;
+  m->swizzle_bytes = 128;
+  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
+  const uint32_t box[4] = {H_CB, (uint32_t)box_rows, 1, 1};
+  for (int i = 0; i < 4; i++) {
+    m->dims[i] = dims[i];
+    m->box[i] = box[i];
+    m->strides[i] = i ? strides[i - 1] : 2;
+  }
+  return 0;
+#endif
+}
+#endif
+
+extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
+  const attn_cuda_problem *pb = c->pb;
+  if (c->st || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+#ifndef ATTN_CUDA_EMULATE
+  static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
+  if (have_image < 0) {
+    cudaFuncAttributes a;
+    have_image = cudaFuncGetAttributes(&a, FA_FN(flash_fwd_)) == cudaSuccess;
+    (void)cudaGetLastError();
+  }
+  if (!have_image) return FA_ERR_FALLBACK;
+#endif
+  fa_params p = fa_params_make(c);
+  p.o = c->o;
+  p.lse = c->lse;
+  p.lse_rows = c->lse_rows;
+  fa_sm90_maps maps;
+  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM) ||
+      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN) ||
+      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN))
+    return FA_ERR_FALLBACK;
+  const int64_t grid_x = (pb->sq + H_BM - 1) / H_BM;
+  p.ntiles = grid_x;
+#ifndef ATTN_CUDA_EMULATE
+  cudaError_t e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       H_SMEM_BYTES);
+  if (e != cudaSuccess) return (int)e;
+#endif
+  FA_LAUNCH(FA_FN(flash_fwd_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+            dim3(H_THREADS), H_SMEM_BYTES, c->stream, p, maps);
+#ifndef ATTN_CUDA_EMULATE
+  return (int)cudaGetLastError();
+#else
+  return 0;
+#endif
+}
