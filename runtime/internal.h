@@ -92,6 +92,14 @@ typedef struct {
   attn_status (*mem_copy)(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
                           attn_copy_kind kind);
   attn_status (*sync)(attn_ctx_t ctx);
+  /* ---- timing for asynchronous backends (NULL on the cpu backend, whose calls complete
+   * before they return: the host clock times them) ------------------------------------ */
+  /* A timing event; record marks the context's stream at this point; elapsed gives the
+   * seconds between two records that have completed (after a sync). */
+  attn_status (*event_create)(attn_ctx_t ctx, void **ev);
+  attn_status (*event_record)(attn_ctx_t ctx, void *ev);
+  attn_status (*event_elapsed)(attn_ctx_t ctx, void *start, void *end, double *seconds);
+  void (*event_destroy)(attn_ctx_t ctx, void *ev); /* accepts NULL */
   /* ---- data movement for the ring and the layer, on this backend's memory ----------- */
   /* Over [B, S, H, D] strided views (attn__view in elements of the named dtype; .p is
    * cast): COPY dst = src (dtypes may differ: float32 <-> bf16/f16 converts, rounding to

@@ -165,6 +165,34 @@ static attn_status cu_sync(attn_ctx_t ctx) {
   return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaStreamSynchronize");
 }
 
+/* ---- timing events ----------------------------------------------------------------- */
+static attn_status cu_event_create(attn_ctx_t ctx, void **ev) {
+  (void)ctx;
+  cudaEvent_t e = NULL;
+  cudaError_t r = cudaEventCreate(&e);
+  *ev = r == cudaSuccess ? (void *)e : NULL;
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventCreate");
+}
+
+static attn_status cu_event_record(attn_ctx_t ctx, void *ev) {
+  cuda_backend *be = ctx->backend_data;
+  cudaError_t r = cudaEventRecord((cudaEvent_t)ev, be->stream);
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventRecord");
+}
+
+static attn_status cu_event_elapsed(attn_ctx_t ctx, void *start, void *end, double *seconds) {
+  (void)ctx;
+  float ms = 0;
+  cudaError_t r = cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end);
+  *seconds = 1e-3 * (double)ms;
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventElapsedTime");
+}
+
+static void cu_event_destroy(attn_ctx_t ctx, void *ev) {
+  (void)ctx;
+  if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
 /* ---- data movement for the ring and the layer (kernels in ops.cu) -------------------- */
 static attn_status launched(int err, const char *what) {
   return err ? cuda_fail((cudaError_t)err, what) : ATTN_OK;
@@ -242,7 +270,9 @@ static const attn__backend_ops ops_cuda = {
     .fwd = cu_fwd, .fwd_block = cu_fwd_block, .state_init = cu_state_init,
     .state_merge = cu_state_merge, .finalize = cu_finalize, .bwd_prepare = cu_bwd_prepare,
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
-    .mem_copy = cu_mem_copy, .sync = cu_sync, .rows = cu_rows, .rope = cu_rope,
+    .mem_copy = cu_mem_copy, .sync = cu_sync, .event_create = cu_event_create,
+    .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
+    .event_destroy = cu_event_destroy, .rows = cu_rows, .rope = cu_rope,
     .gemm = cu_gemm, .device_id = cu_device_id, .release = release};
 
 int attn__cuda_device_count(void) {
@@ -268,8 +298,6 @@ attn_status attn__cuda_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
   *ops = &ops_cuda;
   return ATTN_OK;
 }
-
-
 
 /* The PCI bus id of device ordinal `device` (attn_device_pci_bus_id), for launchers that
  * match devices to hwloc's PCI objects. */
