@@ -18,6 +18,8 @@ typedef struct {
   cudaStream_t stream; /* the caller's (cfg.stream) or the default stream */
   void *ws;            /* workspace, grown on demand */
   size_t ws_bytes;
+  float *scratch;      /* attn_bwd's delta, grown on demand */
+  int64_t scratch_n;
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
   cublasHandle_t blas; /* created by the first gemm, bound to stream */
 } cuda_backend;
@@ -122,9 +124,10 @@ static attn_status cu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
 
 static void release(void *data) {
   cuda_backend *be = data;
-  if (be && be->ws) {
+  if (be && (be->ws || be->scratch)) {
     cudaStreamSynchronize(be->stream);
     cudaFree(be->ws);
+    cudaFree(be->scratch);
   }
   if (be && be->blas) cublasDestroy(be->blas);
   free(be);
@@ -165,7 +168,7 @@ static attn_status cu_sync(attn_ctx_t ctx) {
   return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaStreamSynchronize");
 }
 
-/* ---- timing events ----------------------------------------------------------------- */
+/* ---- timing events and scratch ------------------------------------------------------ */
 static attn_status cu_event_create(attn_ctx_t ctx, void **ev) {
   (void)ctx;
   cudaEvent_t e = NULL;
@@ -191,6 +194,26 @@ static attn_status cu_event_elapsed(attn_ctx_t ctx, void *start, void *end, doub
 static void cu_event_destroy(attn_ctx_t ctx, void *ev) {
   (void)ctx;
   if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+/* Growing frees the old buffer, which waits for the device; the same size again does not. */
+static attn_status cu_scratch(attn_ctx_t ctx, int64_t n, float **out) {
+  cuda_backend *be = ctx->backend_data;
+  *out = NULL;
+  if (n > be->scratch_n) {
+    cudaError_t e = cudaFree(be->scratch);
+    be->scratch = NULL;
+    be->scratch_n = 0;
+    if (e == cudaSuccess) e = cudaMalloc((void **)&be->scratch, (size_t)n * sizeof(float));
+    if (e != cudaSuccess) {
+      be->scratch = NULL;
+      return attn__fail(e == cudaErrorMemoryAllocation ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_CUDA,
+                        "scratch of %lld floats: %s", (long long)n, cudaGetErrorString(e));
+    }
+    be->scratch_n = n;
+  }
+  *out = be->scratch;
+  return ATTN_OK;
 }
 
 /* ---- data movement for the ring and the layer (kernels in ops.cu) -------------------- */
@@ -272,7 +295,7 @@ static const attn__backend_ops ops_cuda = {
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
     .mem_copy = cu_mem_copy, .sync = cu_sync, .event_create = cu_event_create,
     .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
-    .event_destroy = cu_event_destroy, .rows = cu_rows, .rope = cu_rope,
+    .event_destroy = cu_event_destroy, .scratch = cu_scratch, .rows = cu_rows, .rope = cu_rope,
     .gemm = cu_gemm, .device_id = cu_device_id, .release = release};
 
 int attn__cuda_device_count(void) {
