@@ -293,7 +293,8 @@ static void ring_cpu(const rcase *c, float *const xl[4], host_arrays *h,
     die("cpu ring");
 }
 
-/* The step record of the last ring call: one entry per step, sane times. */
+/* The step record of the last ring call: one entry per step, sane times, and a step that
+ * computed a block took some time (its events were read). */
 static int64_t check_steps(const rcase *c) {
   attn_ring_step st[64];
   int32_t n = 0;
@@ -303,7 +304,13 @@ static int64_t check_steps(const rcase *c) {
   }
   int64_t bad = 0;
   for (int s = 0; s < n; s++)
-    if (!(st[s].compute_s >= 0 && st[s].wait_s >= 0 && st[s].bytes >= 0)) bad++;
+    if (!(st[s].compute_s >= 0 && st[s].wait_s >= 0 && st[s].bytes >= 0) ||
+        (st[s].computed && !(st[s].compute_s > 0))) {
+      fprintf(stderr, "rank %d: %s: step %d: compute %g s, wait %g s, %lld bytes, computed %d\n",
+              g_rank, c->name, s, st[s].compute_s, st[s].wait_s, (long long)st[s].bytes,
+              st[s].computed);
+      bad++;
+    }
   return bad;
 }
 
