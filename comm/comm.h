@@ -59,8 +59,8 @@ attn_status attn__comm_mpi_create(const void *mpi_comm, double timeout_s, attn__
 attn_status attn__comm_nccl_create(attn__comm *mpi_parent, int device, void *stream,
                                    double timeout_s, attn__comm **out);
 /* Device buffers over MPI through pinned host copies (comm/staged.c, built with CUDA:
- * several ranks on one GPU, or no NCCL); every call synchronises `stream`. mpi is
- * borrowed. */
+ * several ranks on one GPU, or no NCCL); collectives synchronise `stream`, the ring
+ * exchange is ordered with it by events (a copy stream of its own). mpi is borrowed. */
 attn_status attn__comm_staged_create(attn__comm *mpi, void *stream, attn__comm **out);
 
 /* Pre-flight: every rank contributes what it believes (fields named); if any rank

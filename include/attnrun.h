@@ -330,12 +330,13 @@ ATTN_API attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec,
                                    attn_tensor *dk, attn_tensor *dv, float *dsinks);
 
 /* What the last ring call did, step by step (step 0 = the local block). On a CUDA context
- * each step waits for its kernels before it waits for the exchange, so compute_s is the
- * device's compute; with the MPI-staged transport (ranks sharing a GPU) the host copy of
- * the outgoing block counts as compute and that of the incoming one as wait. */
+ * the steps do not wait for the device; both times come from CUDA events on the context's
+ * stream (read when the call ends): compute_s is the device time of the step's packing and
+ * kernels, wait_s the time the stream then stalled for the step's exchange (the copies of
+ * the MPI-staged transport included). On the cpu backend they are host times. */
 typedef struct {
   double compute_s; /* kernel time, plus packing blocks and adding received partials */
-  double wait_s;    /* time blocked waiting for the exchange (exposed communication) */
+  double wait_s;    /* time stalled waiting for the exchange (exposed communication) */
   int64_t bytes;    /* bytes this rank sent in the step */
   int32_t computed; /* 0 when the mask excluded the whole block */
 } attn_ring_step;

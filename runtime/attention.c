@@ -42,10 +42,12 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   ATTN_CHECK(attn__check_out(ctx, "dv", dv, ATTN__DT_ACCUM, pb.B, pb.skv, pb.Hkv, pb.Dv, &dvv));
   if (pb.sinks && !dsinks)
     return attn__fail(ATTN_ERR_INVALID_ARG, "dsinks is NULL but spec->sinks is set");
-  /* delta [B, Hq, Sq] in the context's memory (device memory on CUDA, freed after the
-   * stream drains, so a CUDA attn_bwd returns with its work done). */
-  void *delta = NULL;
-  ATTN_CHECK(ctx->ops->mem_alloc(ctx, (size_t)(pb.B * pb.Hq * pb.sq) * sizeof(float), &delta));
+  /* delta [B, Hq, Sq] in the context's memory: the backend's scratch where it has one (a
+   * CUDA attn_bwd then only enqueues work, as attn_fwd does), else allocated here. */
+  float *delta = NULL;
+  const int64_t nd = pb.B * pb.Hq * pb.sq;
+  if (ctx->ops->scratch) ATTN_CHECK(ctx->ops->scratch(ctx, nd, &delta));
+  else ATTN_CHECK(ctx->ops->mem_alloc(ctx, (size_t)nd * sizeof(float), (void **)&delta));
   reset_stats(ctx);
   attn__view dsv = {dsinks, 0, 0, 0};
   attn_status st = ATTN_OK;
@@ -56,7 +58,7 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   if (st == ATTN_OK)
     st = ctx->ops->bwd_prepare(ctx, &pb, ov, dov, lse, delta, pb.sinks ? dsinks : NULL);
   if (st == ATTN_OK) st = ctx->ops->bwd_block(ctx, &pb, dov, lse, delta, pb.sq, dqv, dkv, dvv);
-  ctx->ops->mem_free(ctx, delta);
+  if (!ctx->ops->scratch) ctx->ops->mem_free(ctx, delta);
   return st;
 }
 

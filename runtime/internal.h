@@ -92,6 +92,19 @@ typedef struct {
   attn_status (*mem_copy)(attn_ctx_t ctx, void *dst, const void *src, size_t bytes,
                           attn_copy_kind kind);
   attn_status (*sync)(attn_ctx_t ctx);
+  /* ---- timing and scratch for asynchronous backends (NULL on the cpu backend, whose
+   * calls complete before they return: the host clock times them, malloc serves) ------- */
+  /* A timing event; record marks the context's stream at this point; elapsed gives the
+   * seconds between two records that have completed (after a sync). */
+  attn_status (*event_create)(attn_ctx_t ctx, void **ev);
+  attn_status (*event_record)(attn_ctx_t ctx, void *ev);
+  attn_status (*event_elapsed)(attn_ctx_t ctx, void *start, void *end, double *seconds);
+  void (*event_destroy)(attn_ctx_t ctx, void *ev); /* accepts NULL */
+  /* Float32 scratch of at least n elements held by the context (grown on demand, freed
+   * with it), valid until the next call that asks for it; work queued on the stream that
+   * uses it is ordered before any later use. attn_bwd's delta lives here, so a call
+   * neither allocates nor frees (cudaFree would wait for the device). */
+  attn_status (*scratch)(attn_ctx_t ctx, int64_t n, float **out);
   /* ---- data movement for the ring and the layer, on this backend's memory ----------- */
   /* Over [B, S, H, D] strided views (attn__view in elements of the named dtype; .p is
    * cast): COPY dst = src (dtypes may differ: float32 <-> bf16/f16 converts, rounding to

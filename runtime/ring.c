@@ -24,6 +24,7 @@ typedef struct {
   void *sbuf, *cur, *rbuf;  /* packed K/V blocks in the input dtype: outgoing, in hand, incoming */
   ring_rows *out, *in;      /* [P]: rows sent / received at step s */
   attn_stats stats;         /* summed over the block calls */
+  ring_clock clock;         /* 3 marks per step and one at the end (ring.h) */
 } fwd_run;
 
 static void fwd_free(fwd_run *run) {
@@ -38,6 +39,7 @@ static void fwd_free(fwd_run *run) {
   }
   free(run->out);
   free(run->in);
+  if (ctx) attn__ring_clock_free(&run->pl, &run->clock);
   attn__ring_plan_free(&run->pl);
 }
 
@@ -69,6 +71,7 @@ static attn_status fwd_alloc(fwd_run *run) {
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, smax, &run->sbuf);
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->cur);
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->rbuf);
+  if (st == ATTN_OK) st = attn__ring_clock_init(pl, &run->clock, 3 * P + 1);
   if (st != ATTN_OK)
     return attn__fail(st,
                       "ring: state (%lld rows) and K/V buffers (%lld + 2 x %lld bytes): %s",
@@ -117,7 +120,9 @@ static attn_status fold_block(fwd_run *run, const attn_tensor *q, const ring_kv 
 
 /* The P steps. Returns a communication failure at once (the communicator is dead then);
  * a local compute failure goes to *work while the exchanges go on, so that peers never
- * wait for this rank. */
+ * wait for this rank. Nothing here waits for the device: the transport orders the send
+ * after the pack and the next step's kernels after the receive (events, on CUDA), so the
+ * kernels of step s run while step s's block travels. */
 static attn_status fwd_steps(fwd_run *run, attn_group_t grp, const attn_tensor *q,
                              const attn_tensor *k, const attn_tensor *v, attn_status *work) {
   const ring_plan *pl = &run->pl;
@@ -130,28 +135,25 @@ static attn_status fwd_steps(fwd_run *run, attn_group_t grp, const attn_tensor *
     const int64_t sb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->out[s], pl->dt) : 0;
     const int64_t rb = s + 1 < P ? attn__ring_kv_bytes(pl, &run->in[s], pl->dt) : 0;
     attn__comm_req *req = NULL;
-    const double t0 = attn__ring_now();
+    attn__ring_mark(pl, &run->clock, 3 * s, work);
     if (sb || rb) {
-      /* The pack is queued on the context's stream; the transport orders its send after
-       * it (NCCL: an event on our stream; staged: a stream sync before the host copy). */
       if (sb) ATTN_CHECK(attn__ring_kv_pack(pl, &cur, &run->out[s], run->sbuf));
       ATTN_CHECK(c->ops->exchange_start(c, run->sbuf, sb, sb ? to : -1, run->rbuf, rb,
                                         rb ? from : -1, &req));
     }
     int computed = 0;
     if (*work == ATTN_OK) *work = fold_block(run, q, &cur, ring_mod(r - s, P), &computed);
-    /* Device kernels are asynchronous: wait for them here so that compute_s is the block's
-     * compute and wait_s only the exchange it did not hide (a no-op on the cpu backend). */
-    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
-    const double t1 = attn__ring_now();
+    attn__ring_mark(pl, &run->clock, 3 * s + 1, work);
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
-    grp->steps[s] = (attn_ring_step){t1 - t0, attn__ring_now() - t1, sb, computed};
+    attn__ring_mark(pl, &run->clock, 3 * s + 2, work);
+    grp->steps[s] = (attn_ring_step){0, 0, sb, computed}; /* times: attn__ring_times */
     void *x = run->cur;
     run->cur = run->rbuf;
     run->rbuf = x;
     if (s + 1 < P) attn__ring_kv_packed(pl, rb ? run->cur : NULL, pl->dt, &run->in[s], &cur);
     grp->nsteps = s + 1;
   }
+  attn__ring_mark(pl, &run->clock, 3 * P, work);
   return ATTN_OK;
 }
 
@@ -177,6 +179,7 @@ attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   st = fwd_steps(&run, grp, q, k, v, &work);
   if (st == ATTN_OK) {
     if (work == ATTN_OK) work = attn_state_finalize(run.pl.ctx, spec, &run.st, o, lse);
+    if (work == ATTN_OK) work = attn__ring_times(&run.pl, &run.clock, grp, run.pl.P);
     run.pl.ctx->stats = run.stats;
     st = attn__ring_finish(&run.pl, work, NULL, 0);
   }

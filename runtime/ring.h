@@ -65,6 +65,31 @@ attn_status attn__ring_finish(const ring_plan *pl, attn_status local, float *ext
 /* One INFO line summing the step record of the call just made. */
 void attn__ring_log(attn_group_t grp, const char *what);
 
+/* ---- step timing ------------------------------------------------------------------- */
+/* Marks on the context's stream: backend events on an asynchronous backend (read after
+ * the stream drained, so they time the device), host times on the cpu backend (whose
+ * calls complete before they return). Phase k of a ring call has marks 3k (it begins:
+ * before the pack), 3k+1 (its compute is queued), 3k+2 (the compute stream may go on: the
+ * exchange has arrived, or is waited for on the stream) and 3k+3 (the next phase begins):
+ * compute_s = [3k, 3k+1] + [3k+2, 3k+3] — packing, kernels, adding partials; wait_s =
+ * [3k+1, 3k+2] — where the stream stalls for the exchange, i.e. the exposed
+ * communication. (On a device the host's own waiting overlaps the kernels, so host time
+ * blocked would count hidden communication as exposed.) */
+typedef struct {
+  int n;
+  void **ev; /* [n] backend events (asynchronous backend) */
+  double *t; /* [n] host times (cpu backend) */
+} ring_clock;
+
+attn_status attn__ring_clock_init(const ring_plan *pl, ring_clock *ck, int n);
+void attn__ring_clock_free(const ring_plan *pl, ring_clock *ck);
+/* Records mark i; a failure goes to *work (if that is still ATTN_OK). */
+void attn__ring_mark(const ring_plan *pl, ring_clock *ck, int i, attn_status *work);
+/* Waits for the stream, then sets compute_s / wait_s of grp's steps from phases 0..nphases-1
+ * (phases past the last step add to it: the backward's hop home). */
+attn_status attn__ring_times(const ring_plan *pl, const ring_clock *ck, attn_group_t grp,
+                             int nphases);
+
 /* ---- the schedule ------------------------------------------------------------------- */
 static inline int ring_mod(int64_t a, int P) { return (int)(((a % P) + P) % P); }
 static inline int64_t ring_span_len(ring_span s) { return s.hi > s.lo ? s.hi - s.lo : 0; }

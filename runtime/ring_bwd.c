@@ -12,7 +12,7 @@
  *   3. wait; add the partial dK/dV that arrived (ranks y+1..r-1) into the accumulator.
  * After step P-1 the accumulator of block r+1 goes to r+1 (the extra hop), which adds it
  * to its own dk/dv. The accumulator of a step thus travels one step behind its K/V, so
- * every exchange overlaps a computation except the last hop; its wait and bytes are
+ * every exchange overlaps a computation except the last hop; its times and bytes are
  * recorded in the last step. Rows nobody needs (window) never travel, as in the forward. */
 #include "ring.h"
 #include "validate.h"
@@ -29,6 +29,7 @@ typedef struct {
   ring_rows *g_out, *g_in;      /* [P+1] dK/dV rows sent / received; s = P: the hop home */
   ring_rows *g_acc;             /* [P] accumulator rows of the block computed at step s */
   attn_stats stats;
+  ring_clock clock;             /* 3 marks per step and the hop home, one at the end */
 } bwd_run;
 
 static void bwd_free(bwd_run *run) {
@@ -45,6 +46,7 @@ static void bwd_free(bwd_run *run) {
   free(run->g_out);
   free(run->g_in);
   free(run->g_acc);
+  if (ctx) attn__ring_clock_free(&run->pl, &run->clock);
   attn__ring_plan_free(&run->pl);
 }
 
@@ -92,6 +94,7 @@ static attn_status bwd_alloc(bwd_run *run) {
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->cur);
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, rmax, &run->rbuf);
   if (st == ATTN_OK) st = attn__ring_alloc(pl->ctx, amax, &run->acc);
+  if (st == ATTN_OK) st = attn__ring_clock_init(pl, &run->clock, 3 * (P + 1) + 1);
   if (st != ATTN_OK)
     return attn__fail(st, "ring: backward buffers (%lld + 2 x %lld + %lld bytes): %s",
                       (long long)smax, (long long)rmax, (long long)amax, attn_last_error());
@@ -166,7 +169,9 @@ static attn_status post(bwd_run *run, const ring_kv *kv, const ring_rows *kv_row
 }
 
 /* The P steps and the hop home. A communication failure returns at once (the
- * communicator is dead then); a compute failure goes to *work while the exchanges go on. */
+ * communicator is dead then); a compute failure goes to *work while the exchanges go on.
+ * As in the forward, nothing waits for the device: the transport orders the exchanges
+ * with the context's stream. */
 static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
                              const attn_tensor *k, const attn_tensor *v, attn_tensor *dk,
                              attn_tensor *dv, attn_status *work) {
@@ -182,7 +187,7 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
     attn__fault_point("ring", s);
     const int64_t skv = kv_part(run, s, 1), sg = g_part(run, s, 1);
     const int64_t rkv = kv_part(run, s, 0), rg = g_part(run, s, 0);
-    const double t0 = attn__ring_now();
+    attn__ring_mark(pl, &run->clock, 3 * s, work);
     ATTN_CHECK(post(run, &cur, &run->kv_out[s], skv, sg, rkv + rg, &req));
     int computed = 0;
     if (s > 0) {
@@ -191,17 +196,14 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
     }
     if (*work == ATTN_OK)
       *work = grad_block(run, io, &cur, s ? &acc : &home, ring_mod(r - s, P), &computed);
-    /* As in the forward: the device's compute counts as compute, not as waiting. */
-    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
-    const double t1 = attn__ring_now();
+    attn__ring_mark(pl, &run->clock, 3 * s + 1, work);
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
-    const double t2 = attn__ring_now();
+    attn__ring_mark(pl, &run->clock, 3 * s + 2, work);
     if (rg && *work == ATTN_OK) {
       attn__ring_kv_packed(pl, (char *)run->rbuf + rkv, ATTN_F32, &run->g_in[s], &part);
       *work = attn__ring_kv_add(pl, &acc, &part);
-      if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
     }
-    grp->steps[s] = (attn_ring_step){t1 - t0 + (attn__ring_now() - t2), t2 - t1, skv + sg, computed};
+    grp->steps[s] = (attn_ring_step){0, 0, skv + sg, computed}; /* times: attn__ring_times */
     void *x = run->cur;
     run->cur = run->rbuf;
     run->rbuf = x;
@@ -210,18 +212,17 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
   }
   /* The hop home: block r+1's accumulator to its owner, ours from r-1. */
   const int64_t sg = g_part(run, P, 1), rg = g_part(run, P, 0);
-  const double t0 = attn__ring_now();
+  attn__ring_mark(pl, &run->clock, 3 * P, work);
   ATTN_CHECK(post(run, NULL, NULL, 0, sg, rg, &req));
+  attn__ring_mark(pl, &run->clock, 3 * P + 1, work);
   if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
-  const double t1 = attn__ring_now();
+  attn__ring_mark(pl, &run->clock, 3 * P + 2, work);
   if (rg && *work == ATTN_OK) {
     attn__ring_kv_packed(pl, run->rbuf, ATTN_F32, &run->g_in[P], &part);
     *work = attn__ring_kv_add(pl, &home, &part);
-    if (*work == ATTN_OK) *work = pl->ctx->ops->sync(pl->ctx);
   }
-  grp->steps[P - 1].wait_s += t1 - t0;
-  grp->steps[P - 1].bytes += sg;
-  grp->steps[P - 1].compute_s += attn__ring_now() - t1;
+  attn__ring_mark(pl, &run->clock, 3 * P + 3, work);
+  grp->steps[P - 1].bytes += sg; /* the hop's times go to the last step too */
   return ATTN_OK;
 }
 
@@ -278,6 +279,7 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
   if (st == ATTN_OK) {
     pl->ctx->stats = run.stats;
+    if (work == ATTN_OK) work = attn__ring_times(pl, &run.clock, grp, pl->P + 1);
     st = attn__ring_finish(pl, work, ds, ds ? pl->Hq : 0);
   }
   if (st == ATTN_OK) attn__ring_log(grp, "ring bwd");

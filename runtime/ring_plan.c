@@ -15,6 +15,62 @@ double attn__ring_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- step timing ----------------------------------------------------------------------- */
+attn_status attn__ring_clock_init(const ring_plan *pl, ring_clock *ck, int n) {
+  const attn__backend_ops *be = pl->ctx->ops;
+  memset(ck, 0, sizeof *ck);
+  ck->n = n;
+  if (!be->event_create) {
+    ck->t = calloc((size_t)n, sizeof *ck->t);
+    return ck->t ? ATTN_OK : attn__fail(ATTN_ERR_OUT_OF_MEMORY, "ring: %d step marks", n);
+  }
+  ck->ev = calloc((size_t)n, sizeof *ck->ev);
+  if (!ck->ev) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "ring: %d step events", n);
+  for (int i = 0; i < n; i++) ATTN_CHECK(be->event_create(pl->ctx, &ck->ev[i]));
+  return ATTN_OK;
+}
+
+void attn__ring_clock_free(const ring_plan *pl, ring_clock *ck) {
+  for (int i = 0; ck->ev && i < ck->n; i++) pl->ctx->ops->event_destroy(pl->ctx, ck->ev[i]);
+  free(ck->ev);
+  free(ck->t);
+  memset(ck, 0, sizeof *ck);
+}
+
+void attn__ring_mark(const ring_plan *pl, ring_clock *ck, int i, attn_status *work) {
+  if (i < 0 || i >= ck->n) return;
+  if (ck->t) {
+    ck->t[i] = attn__ring_now();
+    return;
+  }
+  attn_status st = pl->ctx->ops->event_record(pl->ctx, ck->ev[i]);
+  if (st != ATTN_OK && *work == ATTN_OK) *work = st;
+}
+
+/* Seconds from mark i to mark j (both recorded, the stream drained). */
+static attn_status span(const ring_plan *pl, const ring_clock *ck, int i, int j, double *out) {
+  if (ck->t) {
+    *out = ck->t[j] - ck->t[i];
+    return ATTN_OK;
+  }
+  return pl->ctx->ops->event_elapsed(pl->ctx, ck->ev[i], ck->ev[j], out);
+}
+
+attn_status attn__ring_times(const ring_plan *pl, const ring_clock *ck, attn_group_t grp,
+                             int nphases) {
+  if (ck->ev) ATTN_CHECK(pl->ctx->ops->sync(pl->ctx));
+  for (int k = 0; k < nphases && 3 * k + 3 < ck->n && grp->nsteps > 0; k++) {
+    double a = 0, w = 0, b = 0;
+    ATTN_CHECK(span(pl, ck, 3 * k, 3 * k + 1, &a));
+    ATTN_CHECK(span(pl, ck, 3 * k + 1, 3 * k + 2, &w));
+    ATTN_CHECK(span(pl, ck, 3 * k + 2, 3 * k + 3, &b));
+    attn_ring_step *st = &grp->steps[k < grp->nsteps ? k : grp->nsteps - 1];
+    st->compute_s += a + b;
+    st->wait_s += w;
+  }
+  return ATTN_OK;
+}
+
 /* ---- checks -------------------------------------------------------------------------- */
 
 static const char *layout_name(attn_cp_layout layout) {

@@ -18,6 +18,8 @@ typedef struct {
   cudaStream_t stream; /* the caller's (cfg.stream) or the default stream */
   void *ws;            /* workspace, grown on demand */
   size_t ws_bytes;
+  float *scratch;      /* attn_bwd's delta, grown on demand */
+  int64_t scratch_n;
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
   cublasHandle_t blas; /* created by the first gemm, bound to stream */
 } cuda_backend;
@@ -122,9 +124,10 @@ static attn_status cu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
 
 static void release(void *data) {
   cuda_backend *be = data;
-  if (be && be->ws) {
+  if (be && (be->ws || be->scratch)) {
     cudaStreamSynchronize(be->stream);
     cudaFree(be->ws);
+    cudaFree(be->scratch);
   }
   if (be && be->blas) cublasDestroy(be->blas);
   free(be);
@@ -163,6 +166,54 @@ static attn_status cu_sync(attn_ctx_t ctx) {
   cuda_backend *be = ctx->backend_data;
   cudaError_t e = cudaStreamSynchronize(be->stream);
   return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "cudaStreamSynchronize");
+}
+
+/* ---- timing events and scratch ------------------------------------------------------ */
+static attn_status cu_event_create(attn_ctx_t ctx, void **ev) {
+  (void)ctx;
+  cudaEvent_t e = NULL;
+  cudaError_t r = cudaEventCreate(&e);
+  *ev = r == cudaSuccess ? (void *)e : NULL;
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventCreate");
+}
+
+static attn_status cu_event_record(attn_ctx_t ctx, void *ev) {
+  cuda_backend *be = ctx->backend_data;
+  cudaError_t r = cudaEventRecord((cudaEvent_t)ev, be->stream);
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventRecord");
+}
+
+static attn_status cu_event_elapsed(attn_ctx_t ctx, void *start, void *end, double *seconds) {
+  (void)ctx;
+  float ms = 0;
+  cudaError_t r = cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end);
+  *seconds = 1e-3 * (double)ms;
+  return r == cudaSuccess ? ATTN_OK : cuda_fail(r, "cudaEventElapsedTime");
+}
+
+static void cu_event_destroy(attn_ctx_t ctx, void *ev) {
+  (void)ctx;
+  if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+/* Growing frees the old buffer, which waits for the device; the same size again does not. */
+static attn_status cu_scratch(attn_ctx_t ctx, int64_t n, float **out) {
+  cuda_backend *be = ctx->backend_data;
+  *out = NULL;
+  if (n > be->scratch_n) {
+    cudaError_t e = cudaFree(be->scratch);
+    be->scratch = NULL;
+    be->scratch_n = 0;
+    if (e == cudaSuccess) e = cudaMalloc((void **)&be->scratch, (size_t)n * sizeof(float));
+    if (e != cudaSuccess) {
+      be->scratch = NULL;
+      return attn__fail(e == cudaErrorMemoryAllocation ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_CUDA,
+                        "scratch of %lld floats: %s", (long long)n, cudaGetErrorString(e));
+    }
+    be->scratch_n = n;
+  }
+  *out = be->scratch;
+  return ATTN_OK;
 }
 
 /* ---- data movement for the ring and the layer (kernels in ops.cu) -------------------- */
@@ -242,7 +293,9 @@ static const attn__backend_ops ops_cuda = {
     .fwd = cu_fwd, .fwd_block = cu_fwd_block, .state_init = cu_state_init,
     .state_merge = cu_state_merge, .finalize = cu_finalize, .bwd_prepare = cu_bwd_prepare,
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
-    .mem_copy = cu_mem_copy, .sync = cu_sync, .rows = cu_rows, .rope = cu_rope,
+    .mem_copy = cu_mem_copy, .sync = cu_sync, .event_create = cu_event_create,
+    .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
+    .event_destroy = cu_event_destroy, .scratch = cu_scratch, .rows = cu_rows, .rope = cu_rope,
     .gemm = cu_gemm, .device_id = cu_device_id, .release = release};
 
 int attn__cuda_device_count(void) {
@@ -268,8 +321,6 @@ attn_status attn__cuda_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
   *ops = &ops_cuda;
   return ATTN_OK;
 }
-
-
 
 /* The PCI bus id of device ordinal `device` (attn_device_pci_bus_id), for launchers that
  * match devices to hwloc's PCI objects. */

@@ -422,58 +422,17 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
 
 extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  fa_params p = fa_params_make(c);
-  p.dout = c->dout;
-  p.lse_in = c->lse_in;
-  p.delta = c->delta;
-  p.lse_rows = c->lse_rows;
-  p.dq = c->dq;
-  p.dk = c->dk;
-  p.dv = c->dv;
-  p.fuse_dq = !c->deterministic;
-  int64_t grid_k = (pb->skv + B_BN - 1) / B_BN;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_kv, pb->num_seqs, pb->k_pos0, pb->skv,
-                                     pb->cu_seqlens_q, pb->q_pos0, pb->sq, 1, B_BN, c->tiles_k,
-                                     c->stream);
-    if (err) return err;
-    p.table = c->tiles_k;
-    grid_k += pb->num_seqs;
-  }
-  p.ntiles = grid_k;
-#ifndef ATTN_CUDA_EMULATE
-  cudaError_t e = cudaFuncSetAttribute(FA_FN(flash_dkdv_), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       B_SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(FA_FN(flash_dkdv_), dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
-            dim3(B_THREADS), B_SMEM_BYTES, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return (int)e;
-#endif
-  if (!c->deterministic) return 0;
+  fa_params p = fa_bwd_params(c);
+  int64_t grid_k = 0, grid_q = 0;
+  int e = fa_key_grid(&p, c, B_BN, &grid_k);
+  if (e) return e;
+  FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv_), dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
+                 dim3(B_THREADS), B_SMEM_BYTES, c->stream, p);
+  if (e || !c->deterministic) return e;
 
-  int64_t grid_q = (pb->sq + Q_BM - 1) / Q_BM;
-  p.table = NULL;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
-                                     0, 0, Q_BM, c->tiles_q, c->stream);
-    if (err) return err;
-    p.table = c->tiles_q;
-    grid_q += pb->num_seqs;
-  }
-  p.ntiles = grid_q;
-#ifndef ATTN_CUDA_EMULATE
-  e = cudaFuncSetAttribute(FA_FN(flash_dq_), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Q_SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(FA_FN(flash_dq_), dim3((unsigned)grid_q, (unsigned)pb->Hq, (unsigned)pb->B),
-            dim3(Q_THREADS), Q_SMEM_BYTES, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  return (int)cudaGetLastError();
-#else
-  return 0;
-#endif
+  e = fa_query_grid(&p, c, Q_BM, &grid_q);
+  if (e) return e;
+  FA_LAUNCH_SMEM(e, FA_FN(flash_dq_), dim3((unsigned)grid_q, (unsigned)pb->Hq, (unsigned)pb->B),
+                 dim3(Q_THREADS), Q_SMEM_BYTES, c->stream, p);
+  return e;
 }

@@ -9,6 +9,8 @@
  * With fuse_dq the CTA then re-partitions by query row and adds dQ += dS K with float32
  * atomics. flash_dq_f32: the deterministic dQ (fuse_dq off), query-major like the forward. */
 #include "f32_common.cuh"
+#define FA_COMMON_LAUNCH_ONLY
+#include "common.cuh" /* FA_LAUNCH_SMEM */
 
 #define B32_KEYS F32_ROWS /* keys per dK/dV CTA */
 #define B32_BM F32_BN     /* query rows per step */
@@ -194,61 +196,21 @@ FA_KERNEL(F32_THREADS) flash_dq_f32(const fa_params p) {
 
 extern "C" int attn_cuda__bwd_f32(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  fa_params p = fa_params_make(c);
-  p.dout = c->dout;
-  p.lse_in = c->lse_in;
-  p.delta = c->delta;
-  p.lse_rows = c->lse_rows;
-  p.dq = c->dq;
-  p.dk = c->dk;
-  p.dv = c->dv;
-  p.fuse_dq = !c->deterministic;
+  fa_params p = fa_bwd_params(c);
   const int Dq = p.hd_qk, Dv = p.hd_v;
-  int64_t grid_k = (pb->skv + B32_KEYS - 1) / B32_KEYS;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_kv, pb->num_seqs, pb->k_pos0, pb->skv,
-                                     pb->cu_seqlens_q, pb->q_pos0, pb->sq, 1, B32_KEYS,
-                                     c->tiles_k, c->stream);
-    if (err) return err;
-    p.table = c->tiles_k;
-    grid_k += pb->num_seqs;
-  }
-  p.ntiles = grid_k;
+  int64_t grid_k = 0, grid_q = 0;
+  int e = fa_key_grid(&p, c, B32_KEYS, &grid_k);
+  if (e) return e;
   const size_t smem_kv = (size_t)((B32_KEYS + B32_BM) * (Dq + 1 + Dv + 1) +
                                   2 * B32_KEYS * B32_LD + 2 * B32_BM) * 4;
-#ifndef ATTN_CUDA_EMULATE
-  cudaError_t e = cudaFuncSetAttribute(flash_dkdv_f32, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem_kv);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(flash_dkdv_f32, dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
-            dim3(F32_THREADS), smem_kv, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return (int)e;
-#endif
-  if (!c->deterministic) return 0;
+  FA_LAUNCH_SMEM(e, flash_dkdv_f32, dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
+                 dim3(F32_THREADS), smem_kv, c->stream, p);
+  if (e || !c->deterministic) return e;
 
-  int64_t grid_q = (pb->sq + F32_ROWS - 1) / F32_ROWS;
-  p.table = NULL;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
-                                     0, 0, F32_ROWS, c->tiles_q, c->stream);
-    if (err) return err;
-    p.table = c->tiles_q;
-    grid_q += pb->num_seqs;
-  }
-  p.ntiles = grid_q;
+  e = fa_query_grid(&p, c, F32_ROWS, &grid_q);
+  if (e) return e;
   const size_t smem_q = (size_t)((F32_ROWS + F32_BN) * (Dq + 1 + Dv + 1) + F32_ROWS * F32_BN) * 4;
-#ifndef ATTN_CUDA_EMULATE
-  e = cudaFuncSetAttribute(flash_dq_f32, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(flash_dq_f32, dim3((unsigned)grid_q, (unsigned)pb->Hq, (unsigned)pb->B),
-            dim3(F32_THREADS), smem_q, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  return (int)cudaGetLastError();
-#else
-  return 0;
-#endif
+  FA_LAUNCH_SMEM(e, flash_dq_f32, dim3((unsigned)grid_q, (unsigned)pb->Hq, (unsigned)pb->B),
+                 dim3(F32_THREADS), smem_q, c->stream, p);
+  return e;
 }

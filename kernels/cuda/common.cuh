@@ -3,8 +3,103 @@
  * zero fill) and the mma kernels' per-warp tile classification.
  *
  * An instance .cu defines FA_HDQK, FA_HDV, FA_BF16 (1 bf16, 0 f16), FA_CAUSAL and
- * FA_SUFFIX (e.g. hd128_bf16_causal) and includes fwd_body.cuh or bwd_body.cuh. */
-#ifndef ATTN_CUDA_COMMON_CUH
+ * FA_SUFFIX (e.g. hd128_bf16_causal) and includes fwd_body.cuh or bwd_body.cuh.
+ *
+ * The first part — the launchers' parameter set-up, varlen tile grids and FA_LAUNCH_SMEM —
+ * is shared with the float32 kernels, which take it alone (they define
+ * FA_COMMON_LAUNCH_ONLY before including this file). */
+#ifndef ATTN_CUDA_COMMON_LAUNCH
+#define ATTN_CUDA_COMMON_LAUNCH
+#include "geometry.cuh"
+
+/* The forward launchers' parameters: outputs, and the carried state in block mode. */
+static inline fa_params fa_fwd_params(const fa_call *c) {
+  fa_params p = fa_params_make(c);
+  p.o = c->o;
+  p.lse = c->lse;
+  p.lse_rows = c->lse_rows;
+  if (c->st) {
+    p.block_mode = 1;
+    p.st_m = c->st->m;
+    p.st_l = c->st->l;
+    p.st_acc = c->st->acc;
+    p.st_rows = c->st->rows;
+  }
+  return p;
+}
+
+/* The backward launchers' parameters (dQ fused into the dK/dV kernel unless deterministic). */
+static inline fa_params fa_bwd_params(const fa_call *c) {
+  fa_params p = fa_params_make(c);
+  p.dout = c->dout;
+  p.lse_in = c->lse_in;
+  p.delta = c->delta;
+  p.lse_rows = c->lse_rows;
+  p.dq = c->dq;
+  p.dk = c->dk;
+  p.dv = c->dv;
+  p.fuse_dq = !c->deterministic;
+  return p;
+}
+
+/* A query-major grid of tiles of `tile` rows: *grid CTAs, p->ntiles; under varlen one more
+ * CTA per sequence and the tile table (built on the stream) in p->table. 0 or a
+ * cudaError_t value. */
+static inline int fa_query_grid(fa_params *p, const fa_call *c, int32_t tile, int64_t *grid) {
+  const attn_cuda_problem *pb = c->pb;
+  *grid = (pb->sq + tile - 1) / tile;
+  p->table = NULL;
+  if (pb->num_seqs) {
+    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
+                                     0, 0, tile, c->tiles_q, c->stream);
+    if (err) return err;
+    p->table = c->tiles_q;
+    *grid += pb->num_seqs;
+  }
+  p->ntiles = *grid;
+  return 0;
+}
+
+/* The same over key tiles (the dK/dV kernels): only sequences with queries in the call. */
+static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int64_t *grid) {
+  const attn_cuda_problem *pb = c->pb;
+  *grid = (pb->skv + tile - 1) / tile;
+  p->table = NULL;
+  if (pb->num_seqs) {
+    int err = attn_cuda__build_tiles(pb->cu_seqlens_kv, pb->num_seqs, pb->k_pos0, pb->skv,
+                                     pb->cu_seqlens_q, pb->q_pos0, pb->sq, 1, tile, c->tiles_k,
+                                     c->stream);
+    if (err) return err;
+    p->table = c->tiles_k;
+    *grid += pb->num_seqs;
+  }
+  p->ntiles = *grid;
+  return 0;
+}
+
+/* Launches kern with smem bytes of dynamic shared memory on stream, raising the kernel's
+ * shared-memory limit to smem first; err (an int) gets 0 or the cudaError_t value of the
+ * attribute call or the launch. The emulator has no such limit and no launch errors. */
+#ifndef ATTN_CUDA_EMULATE
+#define FA_LAUNCH_SMEM(err, kern, grid, block, smem, stream, ...)                            \
+  do {                                                                                      \
+    (err) = (int)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
+                                      (int)(smem));                                         \
+    if ((err) == 0) {                                                                       \
+      FA_LAUNCH(kern, grid, block, smem, stream, __VA_ARGS__);                              \
+      (err) = (int)cudaGetLastError();                                                      \
+    }                                                                                       \
+  } while (0)
+#else
+#define FA_LAUNCH_SMEM(err, kern, grid, block, smem, stream, ...) \
+  do {                                                          \
+    FA_LAUNCH(kern, grid, block, smem, stream, __VA_ARGS__);    \
+    (err) = 0;                                                  \
+  } while (0)
+#endif
+#endif
+
+#if !defined(FA_COMMON_LAUNCH_ONLY) && !defined(ATTN_CUDA_COMMON_CUH)
 #define ATTN_CUDA_COMMON_CUH
 
 #if !defined(FA_HDQK) || !defined(FA_HDV) || !defined(FA_BF16) || !defined(FA_CAUSAL) || \

@@ -206,37 +206,12 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
 }
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
-  fa_params p = fa_params_make(c);
-  p.o = c->o;
-  p.lse = c->lse;
-  p.lse_rows = c->lse_rows;
-  if (c->st) {
-    p.block_mode = 1;
-    p.st_m = c->st->m;
-    p.st_l = c->st->l;
-    p.st_acc = c->st->acc;
-    p.st_rows = c->st->rows;
-  }
   const attn_cuda_problem *pb = c->pb;
-  int64_t grid_x = (pb->sq + F_BM - 1) / F_BM;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
-                                     0, 0, F_BM, c->tiles_q, c->stream);
-    if (err) return err;
-    p.table = c->tiles_q;
-    grid_x += pb->num_seqs;
-  }
-  p.ntiles = grid_x;
-#ifndef ATTN_CUDA_EMULATE
-  cudaError_t e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       F_SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(FA_FN(flash_fwd_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-            dim3(F_THREADS), F_SMEM_BYTES, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  return (int)cudaGetLastError();
-#else
-  return 0;
-#endif
+  fa_params p = fa_fwd_params(c);
+  int64_t grid_x = 0;
+  int e = fa_query_grid(&p, c, F_BM, &grid_x);
+  if (e) return e;
+  FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+                 dim3(F_THREADS), F_SMEM_BYTES, c->stream, p);
+  return e;
 }

@@ -9,6 +9,8 @@
  * row maximum by shuffles, leave P in shared memory and accumulate O += P V on their
  * column pairs. One shot: O and LSE (sink in the denominator); block mode: the state. */
 #include "f32_common.cuh"
+#define FA_COMMON_LAUNCH_ONLY
+#include "common.cuh" /* FA_LAUNCH_SMEM */
 
 FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
   FA_SMEM(smem);
@@ -132,39 +134,14 @@ FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
 }
 
 extern "C" int attn_cuda__fwd_f32(const fa_call *c) {
-  fa_params p = fa_params_make(c);
-  p.o = c->o;
-  p.lse = c->lse;
-  p.lse_rows = c->lse_rows;
-  if (c->st) {
-    p.block_mode = 1;
-    p.st_m = c->st->m;
-    p.st_l = c->st->l;
-    p.st_acc = c->st->acc;
-    p.st_rows = c->st->rows;
-  }
   const attn_cuda_problem *pb = c->pb;
-  int64_t grid_x = (pb->sq + F32_ROWS - 1) / F32_ROWS;
-  if (pb->num_seqs) {
-    int err = attn_cuda__build_tiles(pb->cu_seqlens_q, pb->num_seqs, pb->q_pos0, pb->sq, NULL, 0,
-                                     0, 0, F32_ROWS, c->tiles_q, c->stream);
-    if (err) return err;
-    p.table = c->tiles_q;
-    grid_x += pb->num_seqs;
-  }
-  p.ntiles = grid_x;
+  fa_params p = fa_fwd_params(c);
+  int64_t grid_x = 0;
+  int e = fa_query_grid(&p, c, F32_ROWS, &grid_x);
+  if (e) return e;
   const size_t smem = (size_t)(F32_ROWS * (p.hd_qk + 1) + F32_BN * (p.hd_qk + 1) +
                                F32_BN * (p.hd_v + 1) + F32_ROWS * F32_BN) * 4;
-#ifndef ATTN_CUDA_EMULATE
-  cudaError_t e = cudaFuncSetAttribute(flash_fwd_f32, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem);
-  if (e != cudaSuccess) return (int)e;
-#endif
-  FA_LAUNCH(flash_fwd_f32, dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-            dim3(F32_THREADS), smem, c->stream, p);
-#ifndef ATTN_CUDA_EMULATE
-  return (int)cudaGetLastError();
-#else
-  return 0;
-#endif
+  FA_LAUNCH_SMEM(e, flash_fwd_f32, dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+                 dim3(F32_THREADS), smem, c->stream, p);
+  return e;
 }

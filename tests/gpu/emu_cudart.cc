@@ -7,17 +7,31 @@
  * memory directly — the bug that only shows on a real GPU — crashes here at once. The
  * kernel launches are intercepted with the linker's --wrap of emu_launch. Copies check
  * that their kind matches where the pointers live and that they stay inside one
- * allocation. Streams are synchronous (every call completes before it returns), so this
- * cannot show missing stream synchronisation; cudaMalloc'd memory starts as 0xFF bytes
- * (NaN), as undefined memory should read. ATTN_EMU_UNPROTECTED=1 leaves the arena open;
- * ATTN_EMU_DEVICE_ID sets the PCI bus id this process reports. */
+ * allocation. cudaMalloc'd and cudaHostAlloc'd memory starts as 0xFF bytes (NaN), as
+ * undefined memory should read. ATTN_EMU_UNPROTECTED=1 leaves the arena open;
+ * ATTN_EMU_DEVICE_ID sets the PCI bus id this process reports.
+ *
+ * Streams and events. The default (NULL) stream runs everything at once, kernels included
+ * (emu_launch receives no stream, so every kernel counts as a default-stream kernel). Work
+ * on a created stream (copies, event records, waits) is queued and runs only when something
+ * needs it: cudaStreamWaitEvent on the default stream, cudaEventQuery / Synchronize, a
+ * stream or device sync, cudaFree / cudaFreeHost. That is one legal CUDA schedule — the
+ * side streams as late as the program's waits allow — so a missing wait for side-stream
+ * work shows up: a kernel or the host that reads a buffer whose copy was never waited for
+ * sees the old bytes (or the poison). What it cannot show: a side stream that fails to wait
+ * for a kernel (kernels already ran when they were launched), races between concurrent
+ * kernels, blocking-stream (legacy) semantics, and real timings (events carry host
+ * timestamps of when their record ran). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include <deque>
+#include <functional>
 #include <map>
+#include <time.h>
 
 #include "emu.h"
 #include "emu_cudart/cublas_v2.h"
@@ -89,6 +103,62 @@ bool copy_ok(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
   return true;
 }
 
+/* ---- streams: queued work on created streams, run on demand --------------------------- */
+struct queued {
+  uint64_t seq;
+  std::function<void()> run;
+};
+
+} // namespace
+
+struct emu_stream_s {
+  std::deque<queued> q;
+  uint64_t next = 1; /* seq of the next queued item */
+  bool live = true;  /* destroyed streams stay allocated: waits may still name them */
+};
+
+struct emu_event_s {
+  emu_stream_s *s = nullptr; /* stream of the last record (nullptr: default stream) */
+  uint64_t seq = 0;          /* its position there; 0: never recorded */
+  bool done = false;         /* the last record has run */
+  bool timing = true;
+  double t = 0;              /* host seconds when the record ran */
+};
+
+namespace {
+
+std::deque<emu_stream_s *> g_streams; /* every stream ever created */
+
+double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs s's queued work up to and including seq (items may run other streams' work). */
+void run_until(emu_stream_s *s, uint64_t seq) {
+  while (s && !s->q.empty() && s->q.front().seq <= seq) {
+    std::function<void()> f = std::move(s->q.front().run);
+    s->q.pop_front();
+    f();
+  }
+}
+
+void run_all() {
+  for (emu_stream_s *s : g_streams) run_until(s, UINT64_MAX);
+}
+
+/* Queues f on s, or runs it now on the default stream; returns its seq (0: ran). */
+uint64_t enqueue(emu_stream_s *s, std::function<void()> f) {
+  if (!s) {
+    f();
+    return 0;
+  }
+  const uint64_t seq = s->next++;
+  s->q.push_back(queued{seq, std::move(f)});
+  return seq;
+}
+
 } // namespace
 
 /* Every emulated kernel launch runs with device memory open. */
@@ -111,6 +181,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory (emulated device)";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
@@ -123,6 +194,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
@@ -166,6 +238,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 
 cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
+  run_all(); /* cudaFree waits for the device */
   auto it = g_live.find((uintptr_t)p);
   if (it == g_live.end()) {
     fprintf(stderr, "emu cudart: cudaFree(%p) of a pointer cudaMalloc did not give\n", p);
@@ -182,7 +255,15 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  *p = malloc(bytes ? bytes : 1);
+  if (*p) memset(*p, 0xFF, bytes);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
 cudaError_t cudaFreeHost(void *p) {
+  run_all(); /* as cudaFree */
   free(p);
   return cudaSuccess;
 }
@@ -208,16 +289,99 @@ cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
-  (void)s;
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  (void)s;
+  if (!s) return cudaMemcpy(dst, src, bytes, kind);
+  if (!s->live) return cudaErrorInvalidResourceHandle;
+  if (!bytes) return cudaSuccess;
+  if (!copy_ok(dst, src, bytes, kind)) return cudaErrorInvalidValue; /* checked when queued */
+  enqueue(s, [=]() {
+    device_scope open;
+    memmove(dst, src, bytes);
+  });
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (s && !s->live) return cudaErrorInvalidResourceHandle;
+  run_until(s, UINT64_MAX);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  run_all();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+  if (!(flags & cudaStreamNonBlocking)) {
+    fprintf(stderr, "emu cudart: only non-blocking streams are emulated (flags %u)\n", flags);
+    return cudaErrorInvalidValue;
+  }
+  *s = new emu_stream_s;
+  g_streams.push_back(*s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s || !s->live) return cudaErrorInvalidResourceHandle;
+  run_until(s, UINT64_MAX); /* its work still completes */
+  s->live = false;
+  return cudaSuccess;
+}
+
+/* Work queued on s after this waits for ev's last record (the default stream: runs it now). */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
+  if (!ev || (s && !s->live) || flags) return cudaErrorInvalidResourceHandle;
+  emu_stream_s *es = ev->s;
+  const uint64_t seq = ev->seq;
+  enqueue(s, [=]() { run_until(es, seq); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
+  *ev = new emu_event_s;
+  (*ev)->timing = !(flags & cudaEventDisableTiming);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+  if (!ev) return cudaErrorInvalidResourceHandle;
+  run_until(ev->s, ev->seq); /* its queued record must not outlive it */
+  delete ev;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  if (!ev || (s && !s->live)) return cudaErrorInvalidResourceHandle;
+  ev->s = s;
+  ev->done = false;
+  ev->seq = s ? s->next : 0;
+  const uint64_t seq = ev->seq;
+  enqueue(s, [=]() {
+    if (ev->s == s && ev->seq == seq) ev->done = true, ev->t = now_s();
+  });
+  return cudaSuccess;
+}
+
+/* Never "not ready": the event's work runs now (nothing else would run it). */
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  if (!ev) return cudaErrorInvalidResourceHandle;
+  run_until(ev->s, ev->seq);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) { return cudaEventQuery(ev); }
+
+/* Both records must have run already (as on a GPU: cudaErrorNotReady otherwise), so a
+ * missing synchronisation before reading a timer shows. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a || !b || !a->timing || !b->timing) return cudaErrorInvalidResourceHandle;
+  if (!a->seq && !a->done) return cudaErrorInvalidResourceHandle; /* never recorded */
+  if (!a->done || !b->done) return cudaErrorNotReady;
+  *ms = (float)((b->t - a->t) * 1e3);
+  return cudaSuccess;
+}
 
 /* ---- cuBLAS: one naive column-major float32 GEMM ---------------------------------------- */
 struct emu_blas_s {

@@ -71,3 +71,12 @@ target_link_libraries(test_cuda_runtime_emu PRIVATE attnrun_emu m)
 set_target_properties(test_cuda_runtime_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME cuda_emu_runtime COMMAND test_cuda_runtime_emu)
 set_tests_properties(cuda_emu_runtime PROPERTIES TIMEOUT 300 LABELS emu)
+
+# The emulated runtime's stream / event model itself (emu_cudart/test_emu_cudart.c): the
+# deferral that lets the emu tests above show a missing wait.
+add_executable(test_emu_cudart emu_cudart/test_emu_cudart.c)
+target_include_directories(test_emu_cudart BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/emu_cudart)
+target_link_libraries(test_emu_cudart PRIVATE attnrun_emu m)
+set_target_properties(test_emu_cudart PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_emu_cudart COMMAND test_emu_cudart)
+set_tests_properties(cuda_emu_cudart PROPERTIES TIMEOUT 30 LABELS emu)

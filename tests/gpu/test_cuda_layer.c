@@ -8,18 +8,13 @@
  * Usage: test_cuda_layer <tp> <cp>. Built against libattnrun (label gpu, exits 77 without a
  * CUDA device) and the emulated library variant (ATTN_TEST_EMULATED, label emu). */
 #include "attnrun.h"
+#include "gpu_test.h"
 #include "test_layer.h"
 
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef ATTN_TEST_EMULATED
-enum { EMULATED = 1 };
-#else
-enum { EMULATED = 0 };
-#endif
 
 /* Relative to max |ref|: Q/K/V and dO are rounded to bf16 for the kernels (2^-9), P inside
  * them, so the layer's outputs carry about 1e-2 of relative error; float32 elsewhere. */

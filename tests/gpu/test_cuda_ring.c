@@ -1,13 +1,15 @@
 /* test_cuda_ring.c — ring attention (attn_ring_fwd / attn_ring_bwd) on a CUDA context, with
- * bf16 inputs, under mpiexec: ranks sharing one GPU (the MPI-staged transport) or one GPU
- * per rank (NCCL, ATTN_COMM=nccl). Each rank regenerates the full problem, rounds it to
- * bf16, and compares its shard of the CUDA ring's O, LSE, dQ, dK, dV and d(sinks) against
+ * bf16 or fp16 inputs, under mpiexec: ranks sharing one GPU (the MPI-staged transport) or
+ * one GPU per rank (NCCL, ATTN_COMM=nccl). Each rank regenerates the full problem, rounds it
+ * to the case's dtype, and compares its shard of the CUDA ring's O, LSE, dQ, dK, dV and
+ * d(sinks) against
  *   (a) single-rank attn_fwd / attn_bwd on the same CUDA context over the full problem, and
- *   (b) the CPU backend's ring on the same bf16-rounded inputs (float32),
+ *   (b) the CPU backend's ring on the same rounded inputs (float32),
  * counting wrong elements per rank; the verdict is agreed with an allreduce. Cases: causal
  * zigzag and contiguous, windows (one shorter than a chunk: blocks not sent), GQA / MQA,
- * sinks on and off, varlen (device cu_seqlens); the step record must have one entry per
- * step.
+ * sinks on and off, varlen (device cu_seqlens), block masks (device mask; block sizes that
+ * are no multiple of a tile), ALiBi with softcap, fp16; the step record must have one entry
+ * per step.
  *
  * Built twice: against libattnrun (label gpu; exits 77 when no CUDA device is visible, or
  * when ATTN_COMM=nccl is forced on ranks that share a GPU) and against the emulated library
@@ -15,6 +17,7 @@
  * refuse (group creation must fail with UNSUPPORTED on every rank: ATTN_COMM=nccl where the
  * build has no NCCL). Inputs and outputs move through attn_ctx_alloc / attn_ctx_copy only. */
 #include "attnrun.h"
+#include "gpu_test.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -22,14 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef ATTN_TEST_EMULATED
-enum { EMULATED = 1 };
-#else
-enum { EMULATED = 0 };
-#endif
-
 /* Tolerances relative to max |ref| of each tensor (those of test_cuda_runtime: bf16 output
- * rounding is 2^-9 relative and P is rounded to bf16 inside the kernels). */
+ * rounding is 2^-9 relative and P is rounded to bf16 inside the kernels; fp16 is finer). */
 #define TOL_O 1.6e-2
 #define TOL_LSE 1e-3
 #define TOL_GRAD 3e-2
@@ -37,6 +34,8 @@ enum { EMULATED = 0 };
 static int g_rank, g_size;
 static attn_ctx_t g_gpu, g_cpu;
 static attn_group_t g_ggrp, g_cgrp;
+
+enum { F_F16 = 1, F_ALIBI = 2, F_SOFTCAP = 4, F_BMASK = 8 }; /* rcase.feat */
 
 typedef struct {
   const char *name;
@@ -49,60 +48,52 @@ typedef struct {
   uint64_t seed;
   int nseq;            /* varlen (B = 1): sequence lengths in lens, summing to S */
   const int32_t *lens;
+  int feat;            /* F_*: fp16 instead of bf16, ALiBi, softcap 5, a block mask */
 } rcase;
 
-/* ---- bf16 and context memory ---------------------------------------------------------- */
-static uint16_t to_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
+static attn_dtype case_dt(const rcase *c) { return c->feat & F_F16 ? ATTN_F16 : ATTN_BF16; }
 
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
+/* ---- context memory ------------------------------------------------------------------- */
 static void die(const char *what) {
   fprintf(stderr, "rank %d: %s: %s\n", g_rank, what, attn_last_error());
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-/* n elements of context memory, filled from host (bf16 = 1: x converted), or poisoned
- * (0xFF bytes: NaN in both dtypes) when x is NULL. */
-static void *up(const float *x, int64_t n, int bf16) {
-  const size_t es = bf16 ? 2 : 4, bytes = (size_t)n * es;
-  void *d = NULL, *h = tu_alloc(bytes ? bytes : 1);
-  if (attn_ctx_alloc(g_gpu, bytes, &d) != ATTN_OK) die("attn_ctx_alloc");
+/* Raw bytes into fresh context memory. */
+static void *up_bytes(const void *h, size_t bytes) {
+  void *d = NULL;
+  if (attn_ctx_alloc(g_gpu, bytes ? bytes : 1, &d) != ATTN_OK) die("attn_ctx_alloc");
+  if (bytes && attn_ctx_copy(g_gpu, d, h, bytes, ATTN_COPY_HOST_TO_CTX) != ATTN_OK) die("upload");
+  return d;
+}
+
+/* n elements of dtype dt in context memory, converted from host floats, or poisoned (0xFF
+ * bytes: NaN in every dtype) when x is NULL. */
+static void *up(const float *x, int64_t n, attn_dtype dt) {
+  const size_t es = attn_dtype_size(dt), bytes = (size_t)n * es;
+  void *h = tu_alloc(bytes ? bytes : 1);
   if (!x) memset(h, 0xFF, bytes);
-  else if (bf16)
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)h)[i] = to_bf16(x[i]);
-  else memcpy(h, x, bytes);
-  if (attn_ctx_copy(g_gpu, d, h, bytes, ATTN_COPY_HOST_TO_CTX) != ATTN_OK) die("upload");
+  else if (dt == ATTN_F32) memcpy(h, x, bytes);
+  else
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)h)[i] = dt == ATTN_BF16 ? gt_to_bf16(x[i]) : gt_to_f16(x[i]);
+  void *d = up_bytes(h, bytes);
   free(h);
   return d;
 }
 
-/* n elements of context memory back to host floats. */
-static float *down(const void *d, int64_t n, int bf16) {
+/* n elements of dtype dt of context memory back to host floats. */
+static float *down(const void *d, int64_t n, attn_dtype dt) {
   float *x = tu_falloc(n > 0 ? n : 1);
-  if (bf16) {
-    uint16_t *h = tu_alloc((size_t)n * 2 + 2);
-    if (attn_ctx_copy(g_gpu, h, d, (size_t)n * 2, ATTN_COPY_CTX_TO_HOST) != ATTN_OK) die("download");
-    for (int64_t i = 0; i < n; i++) x[i] = from_bf16(h[i]);
-    free(h);
-  } else if (attn_ctx_copy(g_gpu, x, d, (size_t)n * 4, ATTN_COPY_CTX_TO_HOST) != ATTN_OK) {
-    die("download");
+  if (dt == ATTN_F32) {
+    if (attn_ctx_copy(g_gpu, x, d, (size_t)n * 4, ATTN_COPY_CTX_TO_HOST) != ATTN_OK) die("download");
+    return x;
   }
+  uint16_t *h = tu_alloc((size_t)n * 2 + 2);
+  if (attn_ctx_copy(g_gpu, h, d, (size_t)n * 2, ATTN_COPY_CTX_TO_HOST) != ATTN_OK) die("download");
+  for (int64_t i = 0; i < n; i++) x[i] = dt == ATTN_BF16 ? gt_from_bf16(h[i]) : gt_from_f16(h[i]);
+  free(h);
   return x;
-}
-
-static attn_tensor tens(void *p, attn_dtype t, attn_device dev, int64_t b, int64_t s, int64_t h,
-                        int64_t d) {
-  return attn_tensor_contig(p, t, dev, b, s, h, d);
 }
 
 /* ---- shards ------------------------------------------------------------------------------ */
@@ -162,16 +153,32 @@ static void free_result(result *r) {
   for (int i = 0; i < 6; i++) free(p[i]);
 }
 
-/* cu_seqlens of a varlen case in host memory ([nseq + 1], static: one case at a time). */
-static const int32_t *host_cu(const rcase *c) {
-  static int32_t cu[65];
-  cu[0] = 0;
-  for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->lens[i];
-  return cu;
+/* The spec's arrays of a case in host memory (one case at a time). */
+typedef struct {
+  float sinks[64], alibi[64];
+  int32_t cu[65];       /* varlen prefix sums */
+  attn_block_mask bm;   /* bm.mask = mask (NULL without F_BMASK) */
+  uint8_t *mask;
+} host_arrays;
+
+static void host_arrays_init(const rcase *c, host_arrays *h) {
+  memset(h, 0, sizeof *h);
+  tu_fill(h->sinks, c->Hq, -1, 2.5, c->seed + 9);
+  tu_fill(h->alibi, c->Hq, 0.002, 0.05, c->seed + 10);
+  for (int i = 0; i < c->nseq; i++) h->cu[i + 1] = h->cu[i] + c->lens[i];
+  if (!(c->feat & F_BMASK)) return;
+  const int32_t blk = EMULATED ? 20 : 72; /* no multiple of any kernel tile */
+  const int64_t nb = (c->S + blk - 1) / blk; /* global positions (not varlen here) */
+  h->bm = (attn_block_mask){blk, blk, nb, nb, NULL};
+  h->mask = tu_alloc((size_t)(nb * nb));
+  const attn_sparse_pattern pat = {1, 3, 1, 1, c->seed + 11}; /* local, strided, global, random */
+  if (attn_block_mask_fill(&h->bm, h->mask, &pat) != ATTN_OK) die("attn_block_mask_fill");
 }
 
-/* cu is where the context wants it (host for cpu, device for cuda), or NULL. */
-static attn_spec make_spec(const rcase *c, const float *sinks, const int32_t *cu) {
+/* The case's spec over arrays where the context wants them (host for cpu, device for cuda):
+ * sinks, alibi, cu, mask may be NULL when the case does not use them. */
+static attn_spec make_spec(const rcase *c, const float *sinks, const float *alibi,
+                           const int32_t *cu, attn_block_mask *bm, const uint8_t *mask) {
   attn_spec s = ATTN_SPEC_INIT;
   s.num_heads_q = c->Hq;
   s.num_heads_kv = c->Hkv;
@@ -180,51 +187,100 @@ static attn_spec make_spec(const rcase *c, const float *sinks, const int32_t *cu
   s.window_left = c->wl;
   s.window_right = c->wr;
   s.sinks = c->sinks ? sinks : NULL;
+  s.alibi_slopes = c->feat & F_ALIBI ? alibi : NULL;
+  s.softcap = c->feat & F_SOFTCAP ? 5.0f : 0.0f;
   if (c->nseq) {
     s.cu_seqlens_q = s.cu_seqlens_kv = cu;
     s.num_seqs = c->nseq;
   }
+  if (mask) {
+    bm->mask = mask;
+    s.block_mask = bm;
+  }
   return s;
 }
 
-/* The case's cu_seqlens in device memory (NULL without varlen). */
-static void *device_cu(const rcase *c) {
-  if (!c->nseq) return NULL;
-  float tmp[65];
-  memcpy(tmp, host_cu(c), (size_t)(c->nseq + 1) * 4); /* 4-byte elements, copied as bits */
-  return up(tmp, c->nseq + 1, 0);
+/* One problem on the CUDA context: inputs in the case's dtype, outputs poisoned, spec
+ * arrays in device memory. */
+typedef struct {
+  void *buf[14]; /* q k v dout o lse dq dk dv ds sinks alibi cu mask */
+  attn_block_mask bm;
+  attn_spec spec;
+  attn_tensor q, k, v, dout, o, dq, dk, dv;
+  int64_t nq, nk, nl;
+  attn_dtype dt;
+} dev_prob;
+
+/* x: q, k, v, dout of B x n rows. */
+static void dev_setup(const rcase *c, float *const x[4], int64_t n, const host_arrays *h,
+                      dev_prob *d) {
+  const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, D = c->D;
+  const attn_dtype dt = case_dt(c);
+  const attn_device dev = ATTN_DEVICE_CUDA;
+  d->dt = dt, d->nq = B * n * Hq * D, d->nk = B * n * Hkv * D, d->nl = B * Hq * n;
+  void **p = d->buf;
+  p[0] = up(x[0], d->nq, dt), p[1] = up(x[1], d->nk, dt), p[2] = up(x[2], d->nk, dt);
+  p[3] = up(x[3], d->nq, dt), p[4] = up(NULL, d->nq, dt), p[5] = up(NULL, d->nl, ATTN_F32);
+  p[6] = up(NULL, d->nq, ATTN_F32), p[7] = up(NULL, d->nk, ATTN_F32);
+  p[8] = up(NULL, d->nk, ATTN_F32), p[9] = up(NULL, Hq, ATTN_F32);
+  p[10] = c->sinks ? up(h->sinks, Hq, ATTN_F32) : NULL;
+  p[11] = c->feat & F_ALIBI ? up(h->alibi, Hq, ATTN_F32) : NULL;
+  p[12] = c->nseq ? up_bytes(h->cu, (size_t)(c->nseq + 1) * 4) : NULL;
+  p[13] = h->mask ? up_bytes(h->mask, (size_t)(h->bm.num_q_blocks * h->bm.num_k_blocks)) : NULL;
+  d->bm = h->bm;
+  d->spec = make_spec(c, p[10], p[11], p[12], &d->bm, p[13]);
+  d->q = attn_tensor_contig(p[0], dt, dev, B, n, Hq, D);
+  d->k = attn_tensor_contig(p[1], dt, dev, B, n, Hkv, D);
+  d->v = attn_tensor_contig(p[2], dt, dev, B, n, Hkv, D);
+  d->dout = attn_tensor_contig(p[3], dt, dev, B, n, Hq, D);
+  d->o = attn_tensor_contig(p[4], dt, dev, B, n, Hq, D);
+  d->dq = attn_tensor_contig(p[6], ATTN_F32, dev, B, n, Hq, D);
+  d->dk = attn_tensor_contig(p[7], ATTN_F32, dev, B, n, Hkv, D);
+  d->dv = attn_tensor_contig(p[8], ATTN_F32, dev, B, n, Hkv, D);
+}
+
+/* Downloads the outputs and frees every buffer. */
+static void dev_finish(const rcase *c, dev_prob *d, result *r) {
+  void **p = d->buf;
+  *r = (result){down(p[4], d->nq, d->dt), down(p[5], d->nl, ATTN_F32), down(p[6], d->nq, ATTN_F32),
+                down(p[7], d->nk, ATTN_F32), down(p[8], d->nk, ATTN_F32), down(p[9], c->Hq, ATTN_F32)};
+  for (int i = 0; i < 14; i++) attn_ctx_free(g_gpu, p[i]);
 }
 
 /* attn_fwd + attn_bwd on the CUDA context over the full problem (x: q, k, v, dout). */
-static void single_gpu(const rcase *c, float *const x[4], const float *sinks, result *r) {
-  const int64_t B = c->B, S = c->S, nq = B * S * c->Hq * c->D, nk = B * S * c->Hkv * c->D;
-  void *q = up(x[0], nq, 1), *k = up(x[1], nk, 1), *v = up(x[2], nk, 1), *dout = up(x[3], nq, 1);
-  void *o = up(NULL, nq, 1), *lse = up(NULL, B * c->Hq * S, 0), *dq = up(NULL, nq, 0);
-  void *dk = up(NULL, nk, 0), *dv = up(NULL, nk, 0), *ds = up(NULL, c->Hq, 0);
-  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL, *cu = device_cu(c);
-  attn_spec s = make_spec(c, dsinks, cu);
-  attn_tensor tq = tens(q, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hq, c->D);
-  attn_tensor tk = tens(k, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
-  attn_tensor tv = tens(v, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
-  attn_tensor tdo = tens(dout, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hq, c->D);
-  attn_tensor to = tens(o, ATTN_BF16, ATTN_DEVICE_CUDA, B, S, c->Hq, c->D);
-  attn_tensor tdq = tens(dq, ATTN_F32, ATTN_DEVICE_CUDA, B, S, c->Hq, c->D);
-  attn_tensor tdk = tens(dk, ATTN_F32, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
-  attn_tensor tdv = tens(dv, ATTN_F32, ATTN_DEVICE_CUDA, B, S, c->Hkv, c->D);
-  if (attn_fwd(g_gpu, &s, &tq, &tk, &tv, &to, lse) != ATTN_OK) die("single-rank cuda attn_fwd");
-  if (attn_bwd(g_gpu, &s, &tq, &tk, &tv, &to, lse, &tdo, &tdq, &tdk, &tdv, ds) != ATTN_OK)
+static void single_gpu(const rcase *c, float *const x[4], const host_arrays *h, result *r) {
+  dev_prob d;
+  dev_setup(c, x, c->S, h, &d);
+  if (attn_fwd(g_gpu, &d.spec, &d.q, &d.k, &d.v, &d.o, d.buf[5]) != ATTN_OK)
+    die("single-rank cuda attn_fwd");
+  if (attn_bwd(g_gpu, &d.spec, &d.q, &d.k, &d.v, &d.o, d.buf[5], &d.dout, &d.dq, &d.dk, &d.dv,
+               d.buf[9]) != ATTN_OK)
     die("single-rank cuda attn_bwd");
-  *r = (result){down(o, nq, 1), down(lse, B * c->Hq * S, 0), down(dq, nq, 0), down(dk, nk, 0),
-                down(dv, nk, 0), down(ds, c->Hq, 0)};
-  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks, cu};
-  for (int i = 0; i < 12; i++) attn_ctx_free(g_gpu, all[i]);
+  dev_finish(c, &d, r);
+}
+
+/* The ring on the CUDA context (shards in the case's dtype, device spec). Returns the status. */
+static attn_status ring_gpu(const rcase *c, float *const xl[4], const host_arrays *h,
+                            const attn_cp_shard *sh, result *r) {
+  dev_prob d;
+  dev_setup(c, xl, sh->rows, h, &d);
+  attn_status st = attn_ring_fwd(g_ggrp, &d.spec, c->layout, c->S, c->S, &d.q, &d.k, &d.v, &d.o,
+                                 d.buf[5]);
+  if (st == ATTN_OK)
+    st = attn_ring_bwd(g_ggrp, &d.spec, c->layout, c->S, c->S, &d.q, &d.k, &d.v, &d.o, d.buf[5],
+                       &d.dout, &d.dq, &d.dk, &d.dv, d.buf[9]);
+  if (st != ATTN_OK)
+    fprintf(stderr, "rank %d: %s: cuda ring: %s: %s\n", g_rank, c->name, attn_status_string(st),
+            attn_last_error());
+  dev_finish(c, &d, r);
+  return st;
 }
 
 /* The ring on the CPU backend (float32 shards, host spec). */
-static void ring_cpu(const rcase *c, float *const xl[4], const float *sinks,
+static void ring_cpu(const rcase *c, float *const xl[4], host_arrays *h,
                      const attn_cp_shard *sh, result *r) {
   const int64_t B = c->B, n = sh->rows, nq = B * n * c->Hq * c->D, nk = B * n * c->Hkv * c->D;
-  attn_spec s = make_spec(c, sinks, host_cu(c));
+  attn_spec s = make_spec(c, h->sinks, h->alibi, h->cu, &h->bm, h->mask);
   *r = (result){tu_falloc(nq), tu_falloc(B * c->Hq * n), tu_falloc(nq), tu_falloc(nk),
                 tu_falloc(nk), tu_falloc(c->Hq)};
   attn_tensor tq = attn_tensor_f32(xl[0], B, n, c->Hq, c->D), tk = attn_tensor_f32(xl[1], B, n, c->Hkv, c->D);
@@ -237,38 +293,8 @@ static void ring_cpu(const rcase *c, float *const xl[4], const float *sinks,
     die("cpu ring");
 }
 
-/* The ring on the CUDA context (bf16 shards, device spec). Returns the status. */
-static attn_status ring_gpu(const rcase *c, float *const xl[4], const float *sinks,
-                            const attn_cp_shard *sh, result *r) {
-  const int64_t B = c->B, n = sh->rows, nq = B * n * c->Hq * c->D, nk = B * n * c->Hkv * c->D;
-  void *q = up(xl[0], nq, 1), *k = up(xl[1], nk, 1), *v = up(xl[2], nk, 1), *dout = up(xl[3], nq, 1);
-  void *o = up(NULL, nq, 1), *lse = up(NULL, B * c->Hq * n, 0), *dq = up(NULL, nq, 0);
-  void *dk = up(NULL, nk, 0), *dv = up(NULL, nk, 0), *ds = up(NULL, c->Hq, 0);
-  void *dsinks = c->sinks ? up(sinks, c->Hq, 0) : NULL, *cu = device_cu(c);
-  attn_spec s = make_spec(c, dsinks, cu);
-  attn_tensor tq = tens(q, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hq, c->D);
-  attn_tensor tk = tens(k, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
-  attn_tensor tv = tens(v, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
-  attn_tensor tdo = tens(dout, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hq, c->D);
-  attn_tensor to = tens(o, ATTN_BF16, ATTN_DEVICE_CUDA, B, n, c->Hq, c->D);
-  attn_tensor tdq = tens(dq, ATTN_F32, ATTN_DEVICE_CUDA, B, n, c->Hq, c->D);
-  attn_tensor tdk = tens(dk, ATTN_F32, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
-  attn_tensor tdv = tens(dv, ATTN_F32, ATTN_DEVICE_CUDA, B, n, c->Hkv, c->D);
-  attn_status st = attn_ring_fwd(g_ggrp, &s, c->layout, c->S, c->S, &tq, &tk, &tv, &to, lse);
-  if (st == ATTN_OK)
-    st = attn_ring_bwd(g_ggrp, &s, c->layout, c->S, c->S, &tq, &tk, &tv, &to, lse, &tdo, &tdq,
-                       &tdk, &tdv, ds);
-  if (st != ATTN_OK)
-    fprintf(stderr, "rank %d: %s: cuda ring: %s: %s\n", g_rank, c->name, attn_status_string(st),
-            attn_last_error());
-  *r = (result){down(o, nq, 1), down(lse, B * c->Hq * n, 0), down(dq, nq, 0), down(dk, nk, 0),
-                down(dv, nk, 0), down(ds, c->Hq, 0)};
-  void *all[] = {q, k, v, dout, o, lse, dq, dk, dv, ds, dsinks, cu};
-  for (int i = 0; i < 12; i++) attn_ctx_free(g_gpu, all[i]);
-  return st;
-}
-
-/* The step record of the last ring call: one entry per step, sane times. */
+/* The step record of the last ring call: one entry per step, sane times, and a step that
+ * computed a block took some time (its events were read). */
 static int64_t check_steps(const rcase *c) {
   attn_ring_step st[64];
   int32_t n = 0;
@@ -278,20 +304,59 @@ static int64_t check_steps(const rcase *c) {
   }
   int64_t bad = 0;
   for (int s = 0; s < n; s++)
-    if (!(st[s].compute_s >= 0 && st[s].wait_s >= 0 && st[s].bytes >= 0)) bad++;
+    if (!(st[s].compute_s >= 0 && st[s].wait_s >= 0 && st[s].bytes >= 0) ||
+        (st[s].computed && !(st[s].compute_s > 0))) {
+      fprintf(stderr, "rank %d: %s: step %d: compute %g s, wait %g s, %lld bytes, computed %d\n",
+              g_rank, c->name, s, st[s].compute_s, st[s].wait_s, (long long)st[s].bytes,
+              st[s].computed);
+      bad++;
+    }
   return bad;
+}
+
+/* Wrong elements of this rank's ring shard vs the single-rank result (one, full rows) and
+ * the cpu ring; rel gets the worst relative errors of each comparison. */
+static int64_t compare(const rcase *c, const attn_cp_shard *sh, const result *gpu,
+                       const result *one, const result *cpu, double rel[2]) {
+  const int64_t B = c->B, S = c->S, n = sh->rows, lq = B * n * c->Hq * c->D, lk = B * n * c->Hkv * c->D;
+  float *ref1[5] = {gather(one->o, B, S, c->Hq, c->D, sh), gather_lse(one->lse, B * c->Hq, S, sh),
+                    gather(one->dq, B, S, c->Hq, c->D, sh), gather(one->dk, B, S, c->Hkv, c->D, sh),
+                    gather(one->dv, B, S, c->Hkv, c->D, sh)};
+  float *got[5] = {gpu->o, gpu->lse, gpu->dq, gpu->dk, gpu->dv};
+  float *ref2[5] = {cpu->o, cpu->lse, cpu->dq, cpu->dk, cpu->dv};
+  const char *what[5] = {"o", "lse", "dq", "dk", "dv"};
+  const int64_t len[5] = {lq, B * c->Hq * n, lq, lk, lk};
+  const double tol[5] = {TOL_O, TOL_LSE, TOL_GRAD, TOL_GRAD, TOL_GRAD};
+  int64_t wrong = 0;
+  for (int i = 0; i < 5; i++) {
+    wrong += count_wrong(what[i], "single-rank cuda", c->name, got[i], ref1[i], len[i], tol[i], &rel[0]);
+    wrong += count_wrong(what[i], "cpu ring", c->name, got[i], ref2[i], len[i], tol[i], &rel[1]);
+    free(ref1[i]);
+  }
+  if (!c->sinks) return wrong;
+  wrong += count_wrong("dsinks", "single-rank cuda", c->name, gpu->ds, one->ds, c->Hq, TOL_GRAD, &rel[0]);
+  wrong += count_wrong("dsinks", "cpu ring", c->name, gpu->ds, cpu->ds, c->Hq, TOL_GRAD, &rel[1]);
+  float *all = tu_alloc((size_t)g_size * (size_t)c->Hq * sizeof(float));
+  MPI_Allgather(gpu->ds, c->Hq, MPI_FLOAT, all, c->Hq, MPI_FLOAT, MPI_COMM_WORLD);
+  for (int p = 1; p < g_size; p++)
+    if (memcmp(all, all + (size_t)p * c->Hq, (size_t)c->Hq * sizeof(float))) {
+      fprintf(stderr, "rank %d: %s: dsinks differ between ranks 0 and %d\n", g_rank, c->name, p);
+      wrong++;
+    }
+  free(all);
+  return wrong;
 }
 
 static int run_case(const rcase *c) {
   const int64_t B = c->B, S = c->S, nq = B * S * c->Hq * c->D, nk = B * S * c->Hkv * c->D;
   float *x[4] = {tu_falloc(nq), tu_falloc(nk), tu_falloc(nk), tu_falloc(nq)};
   const int64_t nx[4] = {nq, nk, nk, nq};
-  for (int i = 0; i < 4; i++) { /* random, then rounded to bf16: both backends see the same */
+  for (int i = 0; i < 4; i++) { /* random, then rounded to the dtype: both backends see the same */
     tu_fill(x[i], nx[i], -1.5, 1.5, c->seed + (uint64_t)i);
-    for (int64_t j = 0; j < nx[i]; j++) x[i][j] = from_bf16(to_bf16(x[i][j]));
+    for (int64_t j = 0; j < nx[i]; j++) x[i][j] = gt_round(x[i][j], case_dt(c));
   }
-  float sinks[64];
-  tu_fill(sinks, c->Hq, -1, 2.5, c->seed + 9);
+  host_arrays h;
+  host_arrays_init(c, &h);
   attn_cp_shard sh;
   attn_cp_shard_rows(c->layout, g_size, g_rank, S, &sh);
   const int64_t Hs[4] = {c->Hq, c->Hkv, c->Hkv, c->Hq};
@@ -299,39 +364,14 @@ static int run_case(const rcase *c) {
   for (int i = 0; i < 4; i++) xl[i] = gather(x[i], B, S, Hs[i], c->D, &sh);
 
   result one, cpu, gpu;
-  single_gpu(c, x, sinks, &one);
-  ring_cpu(c, xl, sinks, &sh, &cpu);
-  int64_t failed = ring_gpu(c, xl, sinks, &sh, &gpu) != ATTN_OK, wrong = 0, steps_bad = 0;
+  single_gpu(c, x, &h, &one);
+  ring_cpu(c, xl, &h, &sh, &cpu);
+  int64_t failed = ring_gpu(c, xl, &h, &sh, &gpu) != ATTN_OK, wrong = 0, steps_bad = 0;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   double rel[2] = {0, 0}; /* worst vs single-rank cuda, vs cpu ring */
   if (!failed) {
     steps_bad = check_steps(c);
-    const int64_t n = sh.rows, lq = B * n * c->Hq * c->D, lk = B * n * c->Hkv * c->D;
-    float *ref1[5] = {gather(one.o, B, S, c->Hq, c->D, &sh), gather_lse(one.lse, B * c->Hq, S, &sh),
-                      gather(one.dq, B, S, c->Hq, c->D, &sh), gather(one.dk, B, S, c->Hkv, c->D, &sh),
-                      gather(one.dv, B, S, c->Hkv, c->D, &sh)};
-    float *got[5] = {gpu.o, gpu.lse, gpu.dq, gpu.dk, gpu.dv};
-    float *ref2[5] = {cpu.o, cpu.lse, cpu.dq, cpu.dk, cpu.dv};
-    const char *what[5] = {"o", "lse", "dq", "dk", "dv"};
-    const int64_t len[5] = {lq, B * c->Hq * n, lq, lk, lk};
-    const double tol[5] = {TOL_O, TOL_LSE, TOL_GRAD, TOL_GRAD, TOL_GRAD};
-    for (int i = 0; i < 5; i++) {
-      wrong += count_wrong(what[i], "single-rank cuda", c->name, got[i], ref1[i], len[i], tol[i], &rel[0]);
-      wrong += count_wrong(what[i], "cpu ring", c->name, got[i], ref2[i], len[i], tol[i], &rel[1]);
-      free(ref1[i]);
-    }
-    if (c->sinks) {
-      wrong += count_wrong("dsinks", "single-rank cuda", c->name, gpu.ds, one.ds, c->Hq, TOL_GRAD, &rel[0]);
-      wrong += count_wrong("dsinks", "cpu ring", c->name, gpu.ds, cpu.ds, c->Hq, TOL_GRAD, &rel[1]);
-      float *all = tu_alloc((size_t)g_size * (size_t)c->Hq * sizeof(float));
-      MPI_Allgather(gpu.ds, c->Hq, MPI_FLOAT, all, c->Hq, MPI_FLOAT, MPI_COMM_WORLD);
-      for (int p = 1; p < g_size; p++)
-        if (memcmp(all, all + (size_t)p * c->Hq, (size_t)c->Hq * sizeof(float))) {
-          fprintf(stderr, "rank %d: %s: dsinks differ between ranks 0 and %d\n", g_rank, c->name, p);
-          wrong++;
-        }
-      free(all);
-    }
+    wrong = compare(c, &sh, &gpu, &one, &cpu, rel);
   }
   int64_t local[2] = {wrong + (g_rank == 0 ? failed : 0), steps_bad}, total[2];
   double worst[2];
@@ -344,6 +384,7 @@ static int run_case(const rcase *c) {
   free_result(&one);
   free_result(&cpu);
   free_result(&gpu);
+  free(h.mask);
   for (int i = 0; i < 4; i++) free(x[i]), free(xl[i]);
   return !total[0] && !total[1];
 }
@@ -353,14 +394,19 @@ static int part_ring(void) {
   const int D = EMULATED ? 64 : 128;
   const int32_t lens[4] = {(int32_t)(S / 3), 1, (int32_t)(S / 2), (int32_t)(S - S / 3 - 1 - S / 2)};
   const rcase cases[] = {
-      {"zigzag causal GQA 4/2", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 0, 11, 0, NULL},
-      {"zigzag causal GQA 4/2 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 12, 0, NULL},
-      {"zigzag causal window 40 (< chunk) + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, 40, -1, 1, 13, 0, NULL},
-      {"contiguous causal window (30, 0), MQA 4/1", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 1, D, 1, 30, 0, 0, 14, 0, NULL},
-      {"contiguous full, two-sided window (50, 20)", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 2, D, 0, 50, 20, 1, 15, 0, NULL},
-      {"zigzag full (no mask), MQA 2/1", ATTN_LAYOUT_ZIGZAG, B, S, 2, 1, D, 0, -1, -1, 0, 16, 0, NULL},
-      {"varlen zigzag causal + sinks", ATTN_LAYOUT_ZIGZAG, 1, S, 4, 2, D, 1, -1, -1, 1, 17, 4, lens},
-      {"varlen contiguous causal window 20", ATTN_LAYOUT_CONTIGUOUS, 1, S, 4, 2, D, 1, 20, -1, 0, 18, 4, lens},
+      {"zigzag causal GQA 4/2", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 0, 11, 0, NULL, 0},
+      {"zigzag causal GQA 4/2 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 12, 0, NULL, 0},
+      {"zigzag causal window 40 (< chunk) + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, 40, -1, 1, 13, 0, NULL, 0},
+      {"contiguous causal window (30, 0), MQA 4/1", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 1, D, 1, 30, 0, 0, 14, 0, NULL, 0},
+      {"contiguous full, two-sided window (50, 20)", ATTN_LAYOUT_CONTIGUOUS, B, S, 4, 2, D, 0, 50, 20, 1, 15, 0, NULL, 0},
+      {"zigzag full (no mask), MQA 2/1", ATTN_LAYOUT_ZIGZAG, B, S, 2, 1, D, 0, -1, -1, 0, 16, 0, NULL, 0},
+      {"varlen zigzag causal + sinks", ATTN_LAYOUT_ZIGZAG, 1, S, 4, 2, D, 1, -1, -1, 1, 17, 4, lens, 0},
+      {"varlen contiguous causal window 20", ATTN_LAYOUT_CONTIGUOUS, 1, S, 4, 2, D, 1, 20, -1, 0, 18, 4, lens, 0},
+      {"zigzag causal block mask + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 19, 0, NULL, F_BMASK},
+      {"contiguous full block mask, MQA 2/1", ATTN_LAYOUT_CONTIGUOUS, B, S, 2, 1, D, 0, -1, -1, 0, 20, 0, NULL, F_BMASK},
+      {"zigzag causal ALiBi + softcap 5 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, -1, -1, 1, 21, 0, NULL, F_ALIBI | F_SOFTCAP},
+      {"fp16 zigzag causal window 40 + sinks", ATTN_LAYOUT_ZIGZAG, B, S, 4, 2, D, 1, 40, -1, 1, 22, 0, NULL, F_F16},
+      {"fp16 varlen contiguous ALiBi + block mask", ATTN_LAYOUT_CONTIGUOUS, 1, S, 4, 2, D, 1, -1, -1, 0, 23, 4, lens, F_F16 | F_ALIBI | F_BMASK},
   };
   int ok = 1;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) ok &= run_case(&cases[i]);

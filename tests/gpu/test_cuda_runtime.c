@@ -3,6 +3,7 @@
  * attn_bwd and the block API, in bf16 and in float32 (the SIMT kernels). Exits 77 when no
  * CUDA device is visible. */
 #include "attnrun.h"
+#include "gpu_test.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -22,28 +23,14 @@ static int failures;
     }                                                                      \
   } while (0)
 
-static uint16_t to_bf16(float x) { /* round to nearest even */
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
 /* Random bf16-representable values: host float copy and device bf16 copy. */
 static float *rand_pair(size_t n, unsigned seed, uint16_t **dev) {
   float *h = malloc(n * sizeof(float));
   uint16_t *b = malloc(n * sizeof(uint16_t));
   for (size_t i = 0; i < n; i++) {
     seed = seed * 1664525u + 1013904223u;
-    b[i] = to_bf16(((seed >> 8) / 16777216.0f) * 2.0f - 1.0f);
-    h[i] = from_bf16(b[i]);
+    b[i] = gt_to_bf16(((seed >> 8) / 16777216.0f) * 2.0f - 1.0f);
+    h[i] = gt_from_bf16(b[i]);
   }
   cudaMalloc((void **)dev, n * sizeof(uint16_t));
   cudaMemcpy(*dev, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice);
@@ -72,7 +59,7 @@ static double rel_err_dev(const void *dev, int bf16, const float *ref, size_t n)
   if (bf16) {
     uint16_t *b = malloc(n * sizeof(uint16_t));
     cudaMemcpy(b, dev, n * sizeof(uint16_t), cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < n; i++) a[i] = from_bf16(b[i]);
+    for (size_t i = 0; i < n; i++) a[i] = gt_from_bf16(b[i]);
     free(b);
   } else {
     cudaMemcpy(a, dev, n * sizeof(float), cudaMemcpyDeviceToHost);

@@ -1,7 +1,8 @@
 /* cuda_runtime.h (test-only stand-in) — the subset of the CUDA runtime API that the
  * runtime adapter (kernels/cuda/backend.c), the MPI-staged transport (comm/staged.c) and
- * test_cuda_runtime.c call, declared for the emulated device of tests/gpu/emu_cudart.cc. Only the emulated
- * library variant (attnrun_emu) sees this header; the real build uses the toolkit's. */
+ * test_cuda_runtime.c call, declared for the emulated device of tests/gpu/emu_cudart.cc:
+ * memory, copies, streams (non-blocking only) and events. Only the emulated library variant
+ * (attnrun_emu) sees this header; the real build uses the toolkit's. */
 #ifndef ATTN_EMU_CUDA_RUNTIME_H
 #define ATTN_EMU_CUDA_RUNTIME_H
 
@@ -17,8 +18,15 @@ typedef enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600
 } cudaError_t;
+
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1 /* the only kind emulated: no implicit default-stream sync */
+#define cudaEventDefault 0x0
+#define cudaEventDisableTiming 0x2
+#define cudaHostAllocDefault 0x0
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -40,6 +48,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int dev);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s);
@@ -47,6 +56,16 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemset(void *dst, int value, size_t bytes);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags);
+cudaError_t cudaEventCreate(cudaEvent_t *ev);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t ev);
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s);
+cudaError_t cudaEventQuery(cudaEvent_t ev);
+cudaError_t cudaEventSynchronize(cudaEvent_t ev);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 #ifdef __cplusplus
 }
