@@ -167,10 +167,7 @@ FA_KERNEL(F32_THREADS) flash_dq_f32(const fa_params p) {
   while (have) {
     const int ca = cur.ca, cb = cur.cb;
     FA_SYNC(); /* the previous tile's readers are done with sK, sV */
-    F32_LOAD_ROWS(sK, gK + (int64_t)ca * p.k.ss, p.k.ss, Dq, F32_BN, tid,
-                  r_ < cb - ca && (cur.full || fa_key_seen(p, p.causal, s, ca + r_, R0, R0 + rows - 1)));
-    F32_LOAD_ROWS(sV, gV + (int64_t)ca * p.v.ss, p.v.ss, Dv, F32_BN, tid,
-                  r_ < cb - ca && (cur.full || fa_key_seen(p, p.causal, s, ca + r_, R0, R0 + rows - 1)));
+    F32_LOAD_KV_TILE(p, s, cur, ca, cb, gK, gV, sK, sV, Dq, Dv, R0, rows, tid);
     FA_SYNC();
     FA_UNROLL
     for (int n = 0; n < F32_NS; n++) {

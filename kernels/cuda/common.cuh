@@ -173,6 +173,24 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
 
 typedef uint16_t fa_elem; /* bf16 or f16 bits */
 
+/* One online-softmax step of a thread's two rows (an m16n8 / m64nN accumulator fragment:
+ * the 4 lanes of a quad share a row): mx, the tile's row max of this thread's scores
+ * (log2 units), is reduced over the quad; alpha = 2^(m_old - m_new) rescales l (and, by the
+ * caller, the accumulator); mu is the max to subtract from this tile's scores — 0 for a row
+ * with nothing visible yet, so P = 0 there, not NaN. */
+FA_DEV void fa_online_step(float (&mx)[2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                           float (&mu)[2]) {
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 1));
+    mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 2));
+    mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+    alpha[i] = exp2f(m[i] - mu[i]);
+    m[i] = mx[i];
+    l[i] *= alpha[i];
+  }
+}
+
 FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_t h) {
   return (const fa_elem *)v.p + b * v.sb + s * v.ss + h * v.sh;
 }

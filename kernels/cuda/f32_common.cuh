@@ -40,6 +40,19 @@ FA_DEV const float *f32_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_
     }                                                                        \
   } while (0)
 
+/* The K and V rows of key tile [ca, cb) into sK [F32_BN][Dq+1] and sV [F32_BN][Dv+1]:
+ * zero past cb and, in a partial tile, for keys no query row [R0, R0 + rows) sees (so
+ * NaN/Inf in masked K/V never reaches a product). All threads take part. */
+#define F32_LOAD_KV_TILE(p, s, cur, ca, cb, gK, gV, sK, sV, Dq, Dv, R0, rows, tid)              \
+  do {                                                                                        \
+    F32_LOAD_ROWS(sK, (gK) + (int64_t)(ca) * (p).k.ss, (p).k.ss, Dq, F32_BN, tid,             \
+                  r_ < (cb) - (ca) &&                                                         \
+                      ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
+    F32_LOAD_ROWS(sV, (gV) + (int64_t)(ca) * (p).v.ss, (p).v.ss, Dv, F32_BN, tid,             \
+                  r_ < (cb) - (ca) &&                                                         \
+                      ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
+  } while (0)
+
 /* x . y over D columns of two shared-memory rows. */
 FA_DEV float f32_dot(const float *x, const float *y, int D) {
   float acc = 0.0f;

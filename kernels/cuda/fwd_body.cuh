@@ -136,15 +136,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
           mx[i] = fmaxf(mx[i], x);
         }
       float alpha[2], mu[2];
-      FA_UNROLL
-      for (int i = 0; i < 2; i++) {
-        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 2));
-        mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* nothing visible yet: P = 0, not NaN */
-        alpha[i] = exp2f(m[i] - mu[i]);
-        m[i] = mx[i];
-        l[i] *= alpha[i];
-      }
+      fa_online_step(mx, m, l, alpha, mu);
       FA_UNROLL
       for (int n = 0; n < DV / 8; n++)
         FA_UNROLL

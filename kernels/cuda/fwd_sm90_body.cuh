@@ -197,15 +197,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
           mx[i] = fmaxf(mx[i], x);
         }
       float alpha[2], mu[2];
-      FA_UNROLL
-      for (int i = 0; i < 2; i++) {
-        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], fa_shfl_xor(mx[i], 2));
-        mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* nothing visible yet: P = 0, not NaN */
-        alpha[i] = exp2f(m[i] - mu[i]);
-        m[i] = mx[i];
-        l[i] *= alpha[i];
-      }
+      fa_online_step(mx, m, l, alpha, mu);
       FA_UNROLL
       for (int x = 0; x < 64; x++) acc[x] *= alpha[(x >> 1) & 1];
       FA_UNROLL
