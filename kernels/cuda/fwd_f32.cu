@@ -111,13 +111,9 @@ FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
     }
     return;
   }
-  const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY, top = fmaxf(m, sink2);
-  float inv = 0.0f, lse2 = -INFINITY;
-  if (top != -INFINITY) {
-    const float sm = exp2f(m - top), z = l_part * sm + exp2f(sink2 - top);
-    inv = sm / z;
-    lse2 = top + log2f(z);
-  }
+  const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
+  float inv, lse2;
+  fa_row_finish(m, l_part, sink2, &inv, &lse2);
   float *o = (float *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh; /* [Dv] */
   FA_UNROLL
   for (int k = 0; k < F32_NP; k++) {

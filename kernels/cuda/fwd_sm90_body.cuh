@@ -239,13 +239,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     const int r = wr0 + g + 8 * i;
     if (r >= rows) continue;
     const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
-    const float top = fmaxf(m[i], sink2);
-    float inv = 0.0f, lse2 = -INFINITY;
-    if (top != -INFINITY) {
-      const float sm = exp2f(m[i] - top), z = l[i] * sm + exp2f(sink2 - top);
-      inv = sm / z;
-      lse2 = top + log2f(z);
-    }
+    float inv, lse2;
+    fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
     fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
     FA_UNROLL
     for (int n = 0; n < DV / 8; n++)

@@ -56,6 +56,18 @@ struct fa_seg {
 FA_DEV int fa_min(int a, int b) { return a < b ? a : b; }
 FA_DEV int fa_max(int a, int b) { return a > b ? a : b; }
 
+/* A finished row (log2 units): running max m, running sum l, and the head's sink logit
+ * sink2 (-inf: none) give inv, the factor that turns the accumulator into O, and lse2.
+ * Sinks enter here, once; an empty row without a sink gives inv = 0, lse2 = -inf. */
+FA_DEV void fa_row_finish(float m, float l, float sink2, float *inv, float *lse2) {
+  const float top = fmaxf(m, sink2);
+  *inv = 0.0f, *lse2 = -INFINITY;
+  if (top == -INFINITY) return;
+  const float sm = exp2f(m - top), z = l * sm + exp2f(sink2 - top);
+  *inv = sm / z;
+  *lse2 = top + log2f(z);
+}
+
 FA_DEV fa_seg fa_make_seg(const fa_params &p, int s) {
   fa_seg g;
   if (!p.num_seqs) {
