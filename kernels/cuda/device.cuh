@@ -72,6 +72,14 @@ FA_DEV void fa_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "
 FA_DEV float fa_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 FA_DEV int fa_any(int p) { return __any_sync(0xffffffffu, p); }
 FA_DEV void fa_syncwarp(void) { __syncwarp(); }
+/* Named barrier id (1-15; 0 is __syncthreads) over count threads, a multiple of 32: sync
+ * waits for the phase, arrive only counts (a producer signalling consumers). */
+FA_DEV void fa_named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+FA_DEV void fa_named_bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 /* p[0] += a, p[1] += b (p 8-byte aligned): one vector atomic on sm_90+, two before. */
 FA_DEV void fa_atomic_add2(float *p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -130,6 +138,8 @@ FA_DEV void fa_cp_wait_all(void) { emu_cp_wait(0); }
 FA_DEV float fa_shfl_xor(float v, int m) { return emu_shfl_xor(v, m); }
 FA_DEV int fa_any(int p) { return emu_any(p); }
 FA_DEV void fa_syncwarp(void) { emu_syncwarp(); }
+FA_DEV void fa_named_bar_sync(int id, int count) { emu_named_bar_sync(id, count); }
+FA_DEV void fa_named_bar_arrive(int id, int count) { emu_named_bar_arrive(id, count); }
 FA_DEV void fa_atomic_add2(float *p, float a, float b) {
   p[0] += a;
   p[1] += b;

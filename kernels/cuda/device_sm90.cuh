@@ -164,16 +164,16 @@ FA_DEV void fa_wgmma_commit(void) { emu_wgmma_commit(); }
 template <int N> FA_DEV void fa_wgmma_wait(void) { emu_wgmma_wait(N); }
 FA_DEV void fa_reg_fence(float &) {}
 FA_DEV void fa_wgmma_ss_bf16(float d[64], uint64_t da, uint64_t db, int scale_d) {
-  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 1);
+  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 0, 1);
 }
 FA_DEV void fa_wgmma_ss_f16(float d[64], uint64_t da, uint64_t db, int scale_d) {
-  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 0);
+  emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 0, 0);
 }
 FA_DEV void fa_wgmma_rs_t_bf16(float d[64], const uint32_t a[4], uint64_t db) {
-  emu_wgmma(d, 128, 0, a, db, 1, 1, 1);
+  emu_wgmma(d, 128, 0, a, db, 1, 0, 1, 1);
 }
 FA_DEV void fa_wgmma_rs_t_f16(float d[64], const uint32_t a[4], uint64_t db) {
-  emu_wgmma(d, 128, 0, a, db, 1, 1, 0);
+  emu_wgmma(d, 128, 0, a, db, 1, 0, 1, 0);
 }
 #endif
 

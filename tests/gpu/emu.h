@@ -32,6 +32,11 @@ extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body);
 unsigned char *emu_smem(void);
 void emu_syncthreads(void);
+/* Named barriers 0-15 (bar.sync / bar.arrive id, count): count threads, a multiple of 32,
+ * complete a phase; sync waits for it, arrive does not. Every arrival of a phase must
+ * give the same count; a block may not end with a phase half-filled. */
+void emu_named_bar_sync(int id, int count);
+void emu_named_bar_arrive(int id, int count);
 int emu_syncthreads_or(int pred);
 
 /* Warp collectives (all 32 lanes must arrive at the same kind of operation). */
@@ -71,11 +76,11 @@ void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64
 void emu_wgmma_fence(void);
 void emu_wgmma_commit(void);
 void emu_wgmma_wait(int pending_groups);
-/* d[n/2] (+)= A B, m64 n k16 f32: A from the descriptor desc_a (K-major) or, when a_regs is
- * not NULL, from the warpgroup's registers; B from desc_b, K-major (trans_b 0) or
- * MN-major (1). scale_d 0: d = A B. */
+/* d[n/2] (+)= A B, m64 n k16 f32: A from the descriptor desc_a, K-major (trans_a 0) or
+ * MN-major (1), or, when a_regs is not NULL, from the warpgroup's registers (trans_a must
+ * be 0); B from desc_b, K-major (trans_b 0) or MN-major (1). scale_d 0: d = A B. */
 void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_t desc_b,
-               int scale_d, int trans_b, int is_bf16);
+               int scale_d, int trans_a, int trans_b, int is_bf16);
 /* The shared-memory address swizzle of a mode (bytes 0, 32, 64, 128). */
 uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes);
 

@@ -1,0 +1,124 @@
+/* emu_internal.h — the CUDA emulator's shared state (threads, warps, warpgroups,
+ * mbarriers, named barriers) and helpers, for its two sources: emu.cc (scheduler, warp
+ * collectives, mma.sync, cp.async) and emu_sm90.cc (mbarriers, TMA, wgmma). Test-only. */
+#ifndef ATTN_EMU_INTERNAL_H
+#define ATTN_EMU_INTERNAL_H
+
+#include "emu.h"
+
+#include <stdint.h>
+
+#include <unordered_map>
+#include <vector>
+
+namespace emu_detail {
+
+const size_t kStack = 512 * 1024;
+const int kMaxGroups = 8;
+
+struct pending_copy {
+  void *dst;
+  const void *src;
+  int bytes, src_bytes;
+  int group;
+};
+
+/* A wgmma.mma_async in flight: its operands as taken at the issue. */
+struct wgmma_op {
+  float *d;
+  int n, scale_d, trans_a, trans_b, bf16, group;
+  uint64_t da, db;
+  std::vector<float> a; /* [64][16] when A came from registers */
+};
+
+struct thread_state {
+  void *sp;
+  unsigned char *stack; /* mapping: guard page + kStack */
+  int done;
+  const uint64_t *wait_gen; /* blocked until *wait_gen != wait_val */
+  uint64_t wait_val;
+  std::vector<pending_copy> copies;
+  int groups_committed;
+  std::vector<wgmma_op> wgmma;
+  std::unordered_map<float *, std::vector<float>> wgmma_acc; /* accumulators in flight */
+  int wgmma_groups, wgmma_fenced;
+};
+
+struct tma_copy {
+  unsigned char *dst;
+  emu_tmap map;
+  int c[5];
+  uint32_t bytes;
+};
+
+struct mbarrier {
+  int expected, pending;
+  int64_t tx;
+  uint64_t phase;   /* completed phases */
+  uint64_t version; /* bumped at each completion and each TMA issue: what waiters watch */
+  std::vector<tma_copy> copies;
+};
+
+struct wg_slot {
+  uint32_t a[4];
+  uint64_t da, db;
+  int n, scale_d, trans_a, trans_b, bf16, has_a;
+};
+
+struct wg_state {
+  int count;
+  uint64_t gen;
+  wg_slot slot[2][128];
+};
+
+struct warp_slot {
+  uint32_t u[8];
+  const void *ptr;
+  float f;
+};
+
+struct warp_state {
+  int count;
+  uint64_t gen;
+  int op[2];
+  warp_slot slot[2][32];
+};
+
+enum { OP_SHFL = 1, OP_ANY, OP_SYNCWARP, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16 };
+
+/* A named barrier (bar.sync / bar.arrive id, count): arrivals in threads. */
+struct named_bar {
+  int count, expected;
+  uint64_t gen;
+};
+const int kNamedBars = 16;
+
+struct emulator {
+  std::vector<thread_state> th;
+  std::vector<warp_state> warps;
+  std::vector<wg_state> wgs;
+  std::unordered_map<uint32_t, mbarrier> mbars; /* by shared address */
+  int nthreads = 0, cur = -1;
+  void *sched_sp = nullptr;
+  const std::function<void()> *body = nullptr;
+  unsigned char *smem = nullptr;
+  size_t smem_bytes = 0;
+  int bar_count = 0;
+  uint64_t bar_gen = 0;
+  int bar_or = 0, bar_or_result = 0;
+  named_bar named[kNamedBars];
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  size_t stacks_mapped = 0;
+};
+
+extern emulator E;
+
+[[noreturn]] void fail(const char *what);
+/* Blocks the current thread until *gen != val (other threads run meanwhile). */
+void block_on(const uint64_t *gen, uint64_t val);
+/* Aborts with a message unless [p, p + bytes) lies in the block's shared memory. */
+void check_smem(const void *p, size_t bytes, const char *what);
+
+} // namespace emu_detail
+
+#endif

@@ -1,0 +1,259 @@
+/* emu_sm90.cc — the CUDA emulator's sm_90 model behind emu.h: mbarriers with transaction
+ * counts, TMA tile loads with their swizzle, and wgmma.mma_async (descriptors, canonical
+ * layouts, async groups), as the PTX ISA states them. Test-only. */
+#include "emu_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+using namespace emu_detail;
+/* ---- sm_90: mbarriers, TMA, wgmma ------------------------------------------------------ */
+uint32_t emu_smem_addr(const void *p) {
+  check_smem(p, 1, "shared address");
+  return (uint32_t)((const unsigned char *)p - E.smem);
+}
+
+/* Swizzle<B,4,3>: the 16-byte chunk bits [4, 4+B) XOR the 128-byte row bits [7, 7+B),
+ * B = 3, 2, 1 for the 128-, 64- and 32-byte modes (a pattern of 8, 4 or 2 rows). */
+uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes) {
+  const uint32_t bits = swizzle_bytes == 128 ? 7 : swizzle_bytes == 64 ? 3 : swizzle_bytes == 32 ? 1 : 0;
+  return addr ^ (((addr >> 7) & bits) << 4);
+}
+
+namespace {
+mbarrier &mbar_at(uint64_t *bar) {
+  if ((uintptr_t)bar % 8) fail("mbarrier not 8-byte aligned");
+  auto it = E.mbars.find(emu_smem_addr(bar));
+  if (it == E.mbars.end()) fail("mbarrier used before mbarrier.init");
+  return it->second;
+}
+
+void mbar_maybe_complete(mbarrier &m) {
+  if (m.pending == 0 && m.tx == 0) {
+    m.phase++;
+    m.version++;
+    m.pending = m.expected;
+  }
+}
+
+/* Lands one TMA box: element (x0..x4) of the box at coordinates c + x (0 outside the
+ * tensor), at the swizzled address of its row-major offset in the box. */
+void tma_land(const tma_copy &c) {
+  const emu_tmap &m = c.map;
+  uint32_t box[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < m.rank; i++) box[i] = m.box[i];
+  const uint32_t base = (uint32_t)(c.dst - E.smem), eb = (uint32_t)m.elem_bytes;
+  uint32_t L = 0;
+  for (uint32_t x4 = 0; x4 < box[4]; x4++)
+    for (uint32_t x3 = 0; x3 < box[3]; x3++)
+      for (uint32_t x2 = 0; x2 < box[2]; x2++)
+        for (uint32_t x1 = 0; x1 < box[1]; x1++)
+          for (uint32_t x0 = 0; x0 < box[0]; x0++, L += eb) {
+            const uint32_t x[5] = {x0, x1, x2, x3, x4};
+            const unsigned char *src = (const unsigned char *)m.base;
+            int inside = 1;
+            for (int i = 0; i < m.rank; i++) {
+              const int64_t g = (int64_t)c.c[i] + x[i];
+              if (g < 0 || g >= (int64_t)m.dims[i]) inside = 0;
+              else src += (uint64_t)g * m.strides[i];
+            }
+            unsigned char *dst = E.smem + emu_swizzle(base + L, m.swizzle_bytes);
+            if (inside) memcpy(dst, src, eb);
+            else memset(dst, 0, eb);
+          }
+}
+} // namespace
+
+void emu_mbar_init(uint64_t *bar, int count) {
+  check_smem(bar, 8, "mbarrier");
+  if ((uintptr_t)bar % 8) fail("mbarrier not 8-byte aligned");
+  if (count < 1) fail("mbarrier.init count must be positive");
+  mbarrier m;
+  m.expected = m.pending = count;
+  m.tx = 0;
+  m.phase = m.version = 0;
+  E.mbars[emu_smem_addr(bar)] = m;
+}
+
+void emu_mbar_arrive(uint64_t *bar, uint32_t tx_bytes) {
+  mbarrier &m = mbar_at(bar);
+  m.tx += tx_bytes;
+  if (m.pending <= 0) fail("mbarrier arrival past its count");
+  m.pending--;
+  mbar_maybe_complete(m);
+}
+
+void emu_mbar_wait(uint64_t *bar, int parity) {
+  mbarrier &m = mbar_at(bar);
+  for (;;) {
+    std::vector<tma_copy> landing;
+    landing.swap(m.copies);
+    for (const tma_copy &c : landing) {
+      tma_land(c);
+      m.tx -= c.bytes;
+      mbar_maybe_complete(m);
+    }
+    /* the phase of parity p has completed iff the current (incomplete) one has the other */
+    if ((int)(m.phase & 1) != (parity & 1)) return;
+    block_on(&m.version, m.version);
+  }
+}
+
+void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar) {
+  mbarrier &m = mbar_at(bar);
+  tma_copy c;
+  c.dst = (unsigned char *)smem_dst;
+  c.map = *map;
+  c.bytes = (uint32_t)map->elem_bytes;
+  for (int i = 0; i < 5; i++) c.c[i] = i < map->rank ? coords[i] : 0;
+  for (int i = 0; i < map->rank; i++) c.bytes *= map->box[i];
+  if (map->swizzle_bytes && map->box[0] * (uint32_t)map->elem_bytes > (uint32_t)map->swizzle_bytes)
+    fail("TMA box inner dimension wider than its swizzle span");
+  const uint32_t align = map->swizzle_bytes ? 128u * (uint32_t)map->swizzle_bytes / 16u : 128u;
+  if (emu_smem_addr(smem_dst) % align) fail("TMA destination not aligned to its swizzle pattern");
+  check_smem(smem_dst, c.bytes, "TMA destination");
+  memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN */
+  m.copies.push_back(c);
+  m.version++;
+}
+
+/* ---- wgmma ---------------------------------------------------------------------------- */
+namespace {
+/* Byte offset of element (mn, k) of an operand from its descriptor's start address, by
+ * the PTX ISA's canonical layouts (T = 8 16-bit elements = 16 bytes, W = swizzle bytes):
+ *   K-major,  none: 8x16-byte core matrices: (mn%8)*16 + (mn/8)*SBO + (k%8)*2 + (k/8)*LBO
+ *   K-major,  W:    rows of W bytes:         (mn%8)*W  + (mn/8)*SBO + k*2
+ *   MN-major, none:                          (mn%8)*2  + (mn/8)*SBO + (k%8)*16 + (k/8)*LBO
+ *   MN-major, W:    W/2 elements a row:      (mn%(W/2))*2 + (mn/(W/2))*LBO + (k%8)*W + (k/8)*SBO
+ * then the swizzle of the mode on the resulting shared address. */
+float desc_elem(uint64_t desc, int mn, int k, int mn_major, int bf16) {
+  const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4;
+  const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
+  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
+  if ((desc >> 49) & 7) fail("wgmma descriptor base offset != 0 is not modelled");
+  const int mode = (int)(desc >> 62);
+  const uint32_t W = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;
+  uint32_t off;
+  if (!mn_major)
+    off = W ? (mn % 8) * W + (mn / 8) * sbo + k * 2
+            : (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  else
+    off = W ? (mn % (W / 2)) * 2 + (mn / (W / 2)) * lbo + (k % 8) * W + (k / 8) * sbo
+            : (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo;
+  const uint32_t addr = emu_swizzle(start + off, (int)W);
+  check_smem(E.smem + addr, 2, "wgmma operand");
+  uint16_t h;
+  memcpy(&h, E.smem + addr, 2);
+  return bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h);
+}
+
+/* The issuing thread's share of one op: rows 16w + g and + 8 of the warpgroup's 64, the
+ * columns 8i + 2c + {0, 1} (w = warp in the group, g = lane / 4, c = lane % 4). */
+void wgmma_execute(const wgmma_op &op, std::vector<float> &acc) {
+  const int t = E.cur % 128, w = t / 32, g = (t % 32) / 4, c = t % 4;
+  for (int i = 0; i < op.n / 8; i++)
+    for (int e = 0; e < 4; e++) {
+      const int row = 16 * w + g + (e >> 1) * 8, col = 8 * i + 2 * c + (e & 1);
+      float s = op.scale_d ? acc[4 * i + e] : 0.0f;
+      for (int k = 0; k < 16; k++) {
+        const float a = op.a.empty() ? desc_elem(op.da, row, k, op.trans_a, op.bf16) : op.a[row * 16 + k];
+        s += a * desc_elem(op.db, col, k, op.trans_b, op.bf16);
+      }
+      acc[4 * i + e] = s;
+    }
+}
+} // namespace
+
+void emu_wgmma_fence(void) { E.th[E.cur].wgmma_fenced = 1; }
+
+void emu_wgmma_commit(void) {
+  thread_state &t = E.th[E.cur];
+  for (wgmma_op &op : t.wgmma)
+    if (op.group < 0) op.group = t.wgmma_groups;
+  t.wgmma_groups++;
+}
+
+void emu_wgmma_wait(int pending_groups) {
+  thread_state &t = E.th[E.cur];
+  const int limit = t.wgmma_groups - pending_groups;
+  std::vector<wgmma_op> keep;
+  for (const wgmma_op &op : t.wgmma) {
+    if (op.group < 0) fail("wgmma.wait_group with an uncommitted wgmma.mma_async");
+    if (op.group < limit) wgmma_execute(op, t.wgmma_acc[op.d]);
+    else keep.push_back(op);
+  }
+  t.wgmma.swap(keep);
+  for (auto it = t.wgmma_acc.begin(); it != t.wgmma_acc.end();) {
+    int busy = 0;
+    for (const wgmma_op &op : t.wgmma) busy |= op.d == it->first;
+    if (busy) {
+      ++it;
+      continue;
+    }
+    memcpy(it->first, it->second.data(), it->second.size() * 4);
+    it = t.wgmma_acc.erase(it);
+  }
+  t.wgmma_fenced = 0;
+}
+
+void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_t desc_b,
+               int scale_d, int trans_a, int trans_b, int is_bf16) {
+  if (E.nthreads % 128) fail("wgmma in a block whose size is not a multiple of 128");
+  if (n % 8 || n < 8 || n > 256) fail("wgmma N must be a multiple of 8 up to 256");
+  if (a_regs && trans_a) fail("wgmma with A from registers cannot transpose A");
+  thread_state &t = E.th[E.cur];
+  if (!t.wgmma_fenced) fail("wgmma.mma_async without a wgmma.fence since the last wait");
+  wg_state &w = E.wgs[(size_t)E.cur / 128];
+  const int buf = (int)(w.gen & 1), me = E.cur % 128;
+  wg_slot &s = w.slot[buf][me];
+  for (int i = 0; i < 4; i++) s.a[i] = a_regs ? a_regs[i] : 0;
+  s.da = desc_a;
+  s.db = desc_b;
+  s.n = n;
+  s.scale_d = scale_d != 0;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.bf16 = is_bf16;
+  s.has_a = a_regs != nullptr;
+  const uint64_t gen = w.gen;
+  if (++w.count == 128) {
+    w.count = 0;
+    w.gen++;
+  } else {
+    block_on(&w.gen, gen);
+  }
+  const wg_slot *all = w.slot[buf];
+  for (int l = 0; l < 128; l++)
+    if (all[l].db != s.db || all[l].n != n || all[l].scale_d != s.scale_d ||
+        all[l].trans_a != trans_a || all[l].trans_b != trans_b || all[l].bf16 != is_bf16 ||
+        all[l].has_a != s.has_a || (!s.has_a && all[l].da != desc_a))
+      fail("threads of a warpgroup issued different wgmma operations");
+  wgmma_op op;
+  op.d = d;
+  op.n = n;
+  op.scale_d = s.scale_d;
+  op.trans_a = trans_a;
+  op.trans_b = trans_b;
+  op.bf16 = is_bf16;
+  op.group = -1;
+  op.da = desc_a;
+  op.db = desc_b;
+  if (s.has_a) {
+    /* the m16n8k16 A fragment of each warp's 16 rows: a0 = A[g][2c..], a1 = A[g+8][2c..],
+     * a2 = A[g][2c+8..], a3 = A[g+8][2c+8..], low half first */
+    op.a.assign(64 * 16, 0.0f);
+    for (int l = 0; l < 128; l++) {
+      const int r = 16 * (l / 32) + (l % 32) / 4, c = l % 4;
+      for (int e = 0; e < 2; e++)
+        for (int j = 0; j < 4; j++) {
+          const uint16_t h = (uint16_t)(e ? all[l].a[j] >> 16 : all[l].a[j] & 0xFFFF);
+          op.a[(r + (j & 1) * 8) * 16 + 2 * c + (j >> 1) * 8 + e] =
+              is_bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h);
+        }
+    }
+  }
+  if (!t.wgmma_acc.count(d)) t.wgmma_acc[d].assign(d, d + n / 2);
+  for (int i = 0; i < n / 2; i++) d[i] = NAN; /* in flight until the wait */
+  t.wgmma.push_back(op);
+}
