@@ -123,32 +123,72 @@ FA_DEV void h_fence_operands(float acc[64], float S[64], uint32_t P[32]) {
   fa_wgmma_fence();
 }
 
+/* 2^x: the approximate MUFU instruction (CUDA's exp2f is the same, with extra work for
+ * results below 2^-126, which P can do without); exact on the emulator. */
+#ifndef ATTN_CUDA_EMULATE
+FA_DEV float h_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#else
+FA_DEV float h_exp2(float x) { return exp2f(x); }
+#endif
+
+/* S (scores in log2 units after a multiplication by sc > 0, masked) -> P = 2^(score - mu)
+ * in place, with the online-softmax step of the thread's two rows; maxima and sums run in
+ * two chains per row. */
+FA_DEV void h_exp_rows(float S[64], float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* [row i][chain] */
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) mx[x & 3] = fmaxf(mx[x & 3], S[x]);
+  float top[2] = {fmaxf(m[0], fmaxf(mx[0], mx[1]) * sc), fmaxf(m[1], fmaxf(mx[2], mx[3]) * sc)};
+  float mu[2];
+  fa_online_step(top, m, l, alpha, mu);
+  float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) {
+    const float pv = h_exp2(fmaf(S[x], sc, -mu[(x >> 1) & 1]));
+    S[x] = pv;
+    ls[x & 3] += pv;
+  }
+  l[0] += ls[0] + ls[1];
+  l[1] += ls[2] + ls[3];
+}
+
+/* Keys outside the thread's rows' ranges -> -inf (by select). */
+FA_DEV void h_mask_rows(float S[64], const int lo_r[2], const int hi_r[2], int k0, int tg) {
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) {
+    const int i = (x >> 1) & 1, key = k0 + (x >> 2) * 8 + 2 * tg + (x & 1);
+    S[x] = key >= lo_r[i] && key <= hi_r[i] ? S[x] : -INFINITY;
+  }
+}
+
 /* The online softmax of S_j, a thread's two rows (i = 0, 1: g and g + 8) of the
- * warpgroup's 64 x 128 tile at keys k0 + [0, 128), in place: scores to log2 units, masked
- * by select unless every pair is visible (full), P = 2^(s - mu) in S, row sums into l,
- * alpha = the factor that rescales O (module comment). */
+ * warpgroup's 64 x 128 tile at keys k0 + [0, 128), in place: masked by select unless every
+ * pair is visible (full), P = 2^(score - mu) in S, row sums into l, alpha = the factor that
+ * rescales O (module comment). Without softcap and ALiBi the score is S * sc with sc > 0
+ * (dispatch.c checks scale > 0), so the row max is taken on S and the scale goes into the
+ * FMA before the exp2; the general transform (fa_score) only runs with softcap or ALiBi.
+ * The uniform choices sit outside the element loops, and each way ends in its own exp
+ * loop: ptxas hoists the wgmma wait that follows this to the top of its basic block, which
+ * must not hold the exp loop (the P V GEMM's overlap). */
 FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int ipos[2],
                       const int lo_r[2], const int hi_r[2], int k0, int tg, int full,
                       float (&m)[2], float (&l)[2], float (&alpha)[2]) {
-  float mx[2] = {m[0], m[1]};
-  const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
-  FA_UNROLL
-  for (int n = 0; n < H_BN / 8; n++)
+  if (!(p.cap2 > 0.0f) && alibi2 == 0.0f) {
+    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    h_exp_rows(S, p.sc, m, l, alpha);
+  } else {
+    const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
     FA_UNROLL
-    for (int e = 0; e < 4; e++) {
-      const int i = e >> 1, col = n * 8 + 2 * tg + (e & 1), key = k0 + col;
-      float x = fa_score(p, S[4 * n + e], alibi2, fabsf(base[i] - (float)col));
-      if (!full && !(key >= lo_r[i] && key <= hi_r[i])) x = -INFINITY;
-      S[4 * n + e] = x;
-      mx[i] = fmaxf(mx[i], x);
+    for (int x = 0; x < 64; x++) {
+      const int i = (x >> 1) & 1, col = (x >> 2) * 8 + 2 * tg + (x & 1);
+      S[x] = fa_score(p, S[x], alibi2, fabsf(base[i] - (float)col));
     }
-  float mu[2];
-  fa_online_step(mx, m, l, alpha, mu);
-  FA_UNROLL
-  for (int x = 0; x < 64; x++) {
-    const float pv = exp2f(S[x] - mu[(x >> 1) & 1]);
-    S[x] = pv;
-    l[(x >> 1) & 1] += pv;
+    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    h_exp_rows(S, 1.0f, m, l, alpha);
   }
 }
 
