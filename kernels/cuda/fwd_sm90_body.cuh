@@ -351,9 +351,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
    * for j in (ja, jb]. Each kind of slot has its own code with unconditional issues and
    * waits that retire everything: ptxas serialises the wgmma pipeline when an issue is
    * conditional inside it. */
-  int ja = 0, jb;
+  int ja = 0;
   while (ja < ntiles && !h_tile_seen(kbase + ja * H_BN, kc0, wg_rows, wlo_first, whi_last)) ja++;
-  for (jb = ja; jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last);) jb++;
+  int jb = ja;
+  while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
   const int nslots = ntiles ? ntiles + 1 : 0;
   if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
   for (int j = 0; j < nslots; j++) {
