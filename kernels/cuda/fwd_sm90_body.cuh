@@ -2,15 +2,28 @@
  * sinks), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
  *
  * Warp-specialised: a CTA of three warpgroups owns 128 query rows of one (batch, head).
- * Warpgroup 0 is the producer: one thread loads Q once and the K/V tiles of 128 keys into
- * a two-stage ring with TMA (128-byte swizzle, completing on "full" mbarriers with
- * transaction counts); its second warp zero-fills, in each V tile, the rows of keys that
- * none of the CTA's queries sees, so NaN/Inf there cannot reach P V, and then signals the
- * tile on "v_ok". Warpgroups 1 and 2 are the consumers, 64 rows each: S = Q K^T with
- * wgmma m64n128k16 (Q and K from shared memory, K-major), the online softmax in
- * registers (float32, log2 units, the mma.sync kernel's masking and transform), then
- * O += P V with P from registers and V from shared memory (MN-major), and release the
- * stage on "empty". setmaxnreg moves registers from the producer to the consumers.
+ * Warpgroup 0 is the producer: one thread loads Q once and the K and V tiles of 128 keys
+ * into a three-stage ring with TMA (128-byte swizzle, completing on "full" mbarriers with
+ * transaction counts), K of tile j + 1 before V of tile j, the order the consumers use
+ * them in; its second warp zero-fills, in each V tile, the rows of keys that none of the
+ * CTA's queries sees, so NaN/Inf there cannot reach P V, and then signals the tile on
+ * "v_ok". Warpgroups 1 and 2 are the consumers, 64 rows each, with wgmma m64n128k16:
+ * S = Q K^T (Q and K from shared memory, K-major), the online softmax in registers
+ * (float32, log2 units, the mma.sync kernel's masking and transform), O += P V (P from
+ * registers, V from shared memory, MN-major). K and V stages are released on "empty_k" /
+ * "empty_v" as soon as the GEMM that reads them has completed. setmaxnreg moves registers
+ * from the producer to the consumers.
+ *
+ * The consumer schedule (FlashAttention 3's two overlaps), in slots j = 0 .. ntiles:
+ *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
+ *    wgmma groups, waits for the first only and runs the softmax of S_j while P_{j-1} V_{j-1}
+ *    is still on the tensor cores; then it waits for that, rescales O and packs P_j. Live
+ *    across a slot: O (64), S (64) and the packed P (32) registers a thread.
+ *  - between the warpgroups, named barriers order the issues WG1 slot 0, WG2 slot 0, WG1
+ *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
+ *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
+ *    run every slot (with nothing to issue for tiles they do not see), so the barrier
+ *    phases pair up and end complete.
  *
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
@@ -26,17 +39,21 @@
 
 #define H_BM 128  /* query rows per CTA: two consumer warpgroups of 64 */
 #define H_BN 128  /* keys per tile */
-#define H_STAGES 2
+#define H_STAGES 3
 #define H_THREADS 384
 #define H_CB 64 /* elements in a 128-byte swizzled column block */
 #define H_QBYTES (H_BM * DQK * 2)
 #define H_KBYTES (H_BN * DQK * 2)
 #define H_VBYTES (H_BN * DV * 2)
-#define H_NBAR (1 + 4 * H_STAGES)
+#define H_NBAR (1 + 5 * H_STAGES)
 /* tiles, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
 #define H_SMEM_BYTES (1024 + H_QBYTES + H_STAGES * (H_KBYTES + H_VBYTES) + 8 * H_NBAR)
+#if H_SMEM_BYTES > 227 * 1024
+#error "the sm90 forward's shared memory exceeds the 227 KB a block may have"
+#endif
 #define H_PRODUCER_REGS 40
 #define H_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 of the SM's 65536 */
+#define H_BAR_ORDER 1       /* named barriers 1, 2: the issue turn of consumer 1, 2 */
 
 #if FA_BF16
 #define h_wgmma_ss fa_wgmma_ss_bf16
@@ -53,7 +70,166 @@
 struct fa_sm90_maps {
   fa_tmap q, k, v;
 };
+
+#if FA_SM90_DEVICE /* the schedule's pieces: device code of the sm_90a pass (or the emulator) */
+/* fa_reg_fence for a packed P register: its last write stays before the wgmma.fence. */
+#ifndef ATTN_CUDA_EMULATE
+FA_DEV void h_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+#else
+FA_DEV void h_reg_fence_u32(uint32_t &) {}
 #endif
+
+/* Does a consumer warpgroup see anything of the key tile starting at k0 (the CTA's
+ * visible keys start at kc0)? Its valid rows, the first row's lowest key, the last row's
+ * highest. Along the tiles it goes false.., true.., false..: each row's keys are an interval,
+ * and both ends move up with the row. */
+FA_DEV int h_tile_seen(int k0, int kc0, int wg_rows, int wlo_first, int whi_last) {
+  return wg_rows > 0 && whi_last >= fa_max(k0, kc0) && wlo_first <= k0 + H_BN - 1;
+}
+
+/* Slot j's start (module comment): K_j has landed (j < ntiles), V_{j-1} has landed and
+ * been zero-filled (j > 0); then this consumer's turn to issue. */
+FA_DEV void h_slot_begin(uint64_t *full_k, uint64_t *v_ok, int j, int ntiles, int cw) {
+  if (j < ntiles) fa_mbar_wait(&full_k[j % H_STAGES], (j / H_STAGES) & 1);
+  if (j > 0) fa_mbar_wait(&v_ok[(j - 1) % H_STAGES], ((j - 1) / H_STAGES) & 1);
+  if (cw == 0) fa_named_bar_sync(H_BAR_ORDER, 256); /* constant ids: ptxas counts barriers */
+  else fa_named_bar_sync(H_BAR_ORDER + 1, 256);
+}
+
+/* After slot j's issues: the other consumer's turn. Consumer 1's first turn comes from
+ * its own arrival before slot 0, so consumer 2's arrival after the last slot would open a
+ * phase that nobody completes: it is left out. */
+FA_DEV void h_slot_issued(int j, int nslots, int cw) {
+  if (cw == 0) fa_named_bar_arrive(H_BAR_ORDER + 1, 256);
+  else if (j + 1 < nslots) fa_named_bar_arrive(H_BAR_ORDER, 256);
+}
+
+/* A stage's K or V read by this warp's GEMMs, which have completed: one arrival a warp. */
+FA_DEV void h_release(uint64_t *empty, int lane) {
+  fa_syncwarp();
+  if (lane == 0) fa_mbar_arrive(empty);
+}
+
+/* Before a slot's wgmma.fence: the last writes of the registers the GEMMs accumulate into
+ * (O, S) or read (P) stay before it. */
+FA_DEV void h_fence_operands(float acc[64], float S[64], uint32_t P[32]) {
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) {
+    fa_reg_fence(acc[x]);
+    fa_reg_fence(S[x]);
+  }
+  FA_UNROLL
+  for (int x = 0; x < 32; x++) h_reg_fence_u32(P[x]);
+  fa_wgmma_fence();
+}
+
+/* 2^x: the approximate MUFU instruction (CUDA's exp2f is the same, with extra work for
+ * results below 2^-126, which P can do without); exact on the emulator. */
+#ifndef ATTN_CUDA_EMULATE
+FA_DEV float h_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#else
+FA_DEV float h_exp2(float x) { return exp2f(x); }
+#endif
+
+/* S (scores in log2 units after a multiplication by sc > 0, masked) -> P = 2^(score - mu)
+ * in place, with the online-softmax step of the thread's two rows; maxima and sums run in
+ * two chains per row. */
+FA_DEV void h_exp_rows(float S[64], float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* [row i][chain] */
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) mx[x & 3] = fmaxf(mx[x & 3], S[x]);
+  float top[2] = {fmaxf(m[0], fmaxf(mx[0], mx[1]) * sc), fmaxf(m[1], fmaxf(mx[2], mx[3]) * sc)};
+  float mu[2];
+  fa_online_step(top, m, l, alpha, mu);
+  float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) {
+    const float pv = h_exp2(fmaf(S[x], sc, -mu[(x >> 1) & 1]));
+    S[x] = pv;
+    ls[x & 3] += pv;
+  }
+  l[0] += ls[0] + ls[1];
+  l[1] += ls[2] + ls[3];
+}
+
+/* Keys outside the thread's rows' ranges -> -inf (by select). */
+FA_DEV void h_mask_rows(float S[64], const int lo_r[2], const int hi_r[2], int k0, int tg) {
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) {
+    const int i = (x >> 1) & 1, key = k0 + (x >> 2) * 8 + 2 * tg + (x & 1);
+    S[x] = key >= lo_r[i] && key <= hi_r[i] ? S[x] : -INFINITY;
+  }
+}
+
+/* The online softmax of S_j, a thread's two rows (i = 0, 1: g and g + 8) of the
+ * warpgroup's 64 x 128 tile at keys k0 + [0, 128), in place: masked by select unless every
+ * pair is visible (full), P = 2^(score - mu) in S, row sums into l, alpha = the factor that
+ * rescales O (module comment). Without softcap and ALiBi the score is S * sc with sc > 0
+ * (dispatch.c checks scale > 0), so the row max is taken on S and the scale goes into the
+ * FMA before the exp2; the general transform (fa_score) only runs with softcap or ALiBi.
+ * The uniform choices sit outside the element loops, and each way ends in its own exp
+ * loop: ptxas hoists the wgmma wait that follows this to the top of its basic block, which
+ * must not hold the exp loop (the P V GEMM's overlap). */
+FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int ipos[2],
+                      const int lo_r[2], const int hi_r[2], int k0, int tg, int full,
+                      float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  if (!(p.cap2 > 0.0f) && alibi2 == 0.0f) {
+    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    h_exp_rows(S, p.sc, m, l, alpha);
+  } else {
+    const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
+    FA_UNROLL
+    for (int x = 0; x < 64; x++) {
+      const int i = (x >> 1) & 1, col = (x >> 2) * 8 + 2 * tg + (x & 1);
+      S[x] = fa_score(p, S[x], alibi2, fabsf(base[i] - (float)col));
+    }
+    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    h_exp_rows(S, 1.0f, m, l, alpha);
+  }
+}
+
+/* O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}), once the P V GEMM has completed. */
+FA_DEV void h_rescale(float acc[64], const float (&alpha)[2]) {
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) acc[x] *= alpha[(x >> 1) & 1];
+}
+#endif /* FA_SM90_DEVICE */
+#endif
+
+/* S = Q K^T as one wgmma group: 16 columns of d a step, column block kk/4, 32 bytes into
+ * the row; 8-row groups 1024 bytes apart (SBO); LBO is unused by K-major swizzled layouts. */
+#define H_ISSUE_QK(S, q_addr, k_addr)                                                        \
+  do {                                                                                       \
+    FA_UNROLL                                                                                \
+    for (int kk_ = 0; kk_ < DQK / 16; kk_++) {                                               \
+      const uint32_t in_row_ = (uint32_t)(kk_ % 4) * 32, blk_ = (uint32_t)(kk_ / 4) * 128;   \
+      h_wgmma_ss(S, fa_wgmma_desc((q_addr) + blk_ * H_BM + in_row_, 16, 1024),               \
+                 fa_wgmma_desc((k_addr) + blk_ * H_BN + in_row_, 16, 1024), kk_ > 0);        \
+    }                                                                                        \
+    fa_wgmma_commit();                                                                       \
+  } while (0)
+
+/* O += P V as one wgmma group: P's D fragment is the A fragment of 16 keys; V is MN-major
+ * (d contiguous): d blocks of 64 H_BN * 128 bytes apart (LBO), 8-key groups 1024 (SBO). */
+#define H_ISSUE_PV(acc, P, v_addr)                                                           \
+  do {                                                                                       \
+    FA_UNROLL                                                                                \
+    for (int kc_ = 0; kc_ < H_BN / 16; kc_++)                                                \
+      h_wgmma_rs_t(acc, (P) + 4 * kc_,                                                       \
+                   fa_wgmma_desc((v_addr) + (uint32_t)kc_ * 16 * 128, H_BN * 128, 1024));    \
+    fa_wgmma_commit();                                                                       \
+  } while (0)
+
+/* P_j packed for the next slot's P V (S holds P_j in float32). */
+#define H_PACK_P(P, S)                                          \
+  do {                                                          \
+    FA_UNROLL                                                   \
+    for (int x_ = 0; x_ < 32; x_++) P[x_] = fa_pack(S[2 * x_], S[2 * x_ + 1]); \
+  } while (0)
 
 FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa_sm90_maps maps) {
 #if FA_SM90_DEVICE
@@ -64,7 +240,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][2][H_BN][64] */
   uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV);
   uint64_t *full_k = bar_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
-           *empty = v_ok + H_STAGES;
+           *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
   const int b = (int)blockIdx.z, h = (int)blockIdx.y, hk = h / (int)p.group;
   const int t = FA_CAUSAL ? (int)p.ntiles - 1 - (int)blockIdx.x : (int)blockIdx.x;
@@ -83,7 +259,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_mbar_init(&full_k[i], 1);
       fa_mbar_init(&full_v[i], 1);
       fa_mbar_init(&v_ok[i], 1);
-      fa_mbar_init(&empty[i], 8); /* one arrival per consumer warp */
+      fa_mbar_init(&empty_k[i], 8); /* one arrival per consumer warp */
+      fa_mbar_init(&empty_v[i], 8);
     }
     fa_mbar_init_fence();
   }
@@ -98,16 +275,24 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
       fa_tma_load_4d(sQ, &maps.q, 0, R0, h, b, bar_q);
       fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, R0, h, b, bar_q);
-      for (int j = 0; j < ntiles; j++) {
-        const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
-        fa_elem *k = sK + st * H_BN * DQK, *v = sV + st * H_BN * DV;
-        fa_mbar_wait(&empty[st], ph ^ 1); /* the first use of a stage passes at once */
-        fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
-        fa_tma_load_4d(k, &maps.k, 0, k0, hk, b, &full_k[st]);
-        fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, k0, hk, b, &full_k[st]);
-        fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
-        fa_tma_load_4d(v, &maps.v, 0, k0, hk, b, &full_v[st]);
-        fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, k0, hk, b, &full_v[st]);
+      /* K_0, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at once */
+      for (int j = 0; j <= ntiles; j++) {
+        if (j < ntiles) {
+          const int st = j % H_STAGES, ph = (j / H_STAGES) & 1;
+          fa_elem *k = sK + st * H_BN * DQK;
+          fa_mbar_wait(&empty_k[st], ph ^ 1);
+          fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
+          fa_tma_load_4d(k, &maps.k, 0, kbase + j * H_BN, hk, b, &full_k[st]);
+          fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, kbase + j * H_BN, hk, b, &full_k[st]);
+        }
+        if (j > 0) {
+          const int st = (j - 1) % H_STAGES, ph = ((j - 1) / H_STAGES) & 1;
+          fa_elem *v = sV + st * H_BN * DV;
+          fa_mbar_wait(&empty_v[st], ph ^ 1);
+          fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
+          fa_tma_load_4d(v, &maps.v, 0, kbase + (j - 1) * H_BN, hk, b, &full_v[st]);
+          fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, kbase + (j - 1) * H_BN, hk, b, &full_v[st]);
+        }
       }
     } else if (warp == 1) {
       /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
@@ -152,81 +337,74 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
   const uint32_t q_addr = fa_smem_addr(sQ + 64 * cw * H_CB);
 
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
   float acc[64]; /* O: the m64n128 D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
+  float S[64];   /* S_j, then P_j in float32 */
+  uint32_t P[32]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
   FA_UNROLL
-  for (int x = 0; x < 64; x++) acc[x] = 0.0f;
+  for (int x = 0; x < 64; x++) acc[x] = S[x] = 0.0f;
+  FA_UNROLL
+  for (int x = 0; x < 32; x++) P[x] = 0;
   fa_mbar_wait(bar_q, 0);
 
-  for (int j = 0; j < ntiles; j++) {
-    const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
-    const int ca = fa_max(k0, kc0), cb = k0 + H_BN;
-    /* warpgroup-uniform: 0 nothing visible, 1 every pair visible, 2 mask each element */
-    const int mode = wg_rows == 0 || whi_last < ca || wlo_first > cb - 1 ? 0
-                     : wg_rows == 64 && ca == k0 && wlo_last <= ca && whi_first >= cb - 1 ? 1
-                                                                                         : 2;
+  /* this warpgroup's tiles [ja, jb): slot j issues S_j for j in [ja, jb), P_{j-1} V_{j-1}
+   * for j in (ja, jb]. Each kind of slot has its own code with unconditional issues and
+   * waits that retire everything: ptxas serialises the wgmma pipeline when an issue is
+   * conditional inside it. */
+  int ja = 0;
+  while (ja < ntiles && !h_tile_seen(kbase + ja * H_BN, kc0, wg_rows, wlo_first, whi_last)) ja++;
+  int jb = ja;
+  while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
+  const int nslots = ntiles ? ntiles + 1 : 0;
+  if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
+  for (int j = 0; j < nslots; j++) {
+    const int st = j % H_STAGES, pst = (j + H_STAGES - 1) % H_STAGES, k0 = kbase + j * H_BN;
     const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
-    const uint32_t v_addr = fa_smem_addr(sV + st * H_BN * DV);
-    float S[64];
-    fa_mbar_wait(&full_k[st], ph);
-    if (mode) {
-      fa_wgmma_fence();
+    const uint32_t v_addr = fa_smem_addr(sV + pst * H_BN * DV); /* tile j - 1 */
+    /* every pair of the tile visible: no masking (warpgroup-uniform, as ja, jb) */
+    const int full = wg_rows == 64 && k0 >= kc0 && wlo_last <= k0 && whi_first >= k0 + H_BN - 1;
+    h_slot_begin(full_k, v_ok, j, ntiles, cw);
+    if (j > ja && j < jb) { /* S_j and P_{j-1} V_{j-1}: the softmax runs under the second */
+      h_fence_operands(acc, S, P);
+      H_ISSUE_QK(S, q_addr, k_addr);
+      H_ISSUE_PV(acc, P, v_addr);
+      h_slot_issued(j, nslots, cw);
+      fa_wgmma_wait<1>();
       FA_UNROLL
-      for (int kk = 0; kk < DQK / 16; kk++) {
-        /* 16 columns of d: column block kk/4, 32 bytes into the row; 8-row groups 1024
-         * bytes apart (SBO); LBO is unused by K-major swizzled layouts */
-        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
-        h_wgmma_ss(S, fa_wgmma_desc(q_addr + blk * H_BM + in_row, 16, 1024),
-                   fa_wgmma_desc(k_addr + blk * H_BN + in_row, 16, 1024), kk > 0);
-      }
-      fa_wgmma_commit();
+      for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+      h_release(&empty_k[st], lane);
+      h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+      fa_wgmma_wait<0>();
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+      h_release(&empty_v[pst], lane);
+      h_rescale(acc, alpha);
+      H_PACK_P(P, S);
+    } else if (j == ja && j < jb) { /* the first S (O is 0) */
+      h_fence_operands(acc, S, P);
+      H_ISSUE_QK(S, q_addr, k_addr);
+      h_slot_issued(j, nslots, cw);
       fa_wgmma_wait<0>();
       FA_UNROLL
       for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
-      /* scores to log2 units, masked by select; row maxima over the quad */
-      float mx[2] = {m[0], m[1]};
-      const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
-      FA_UNROLL
-      for (int n = 0; n < H_BN / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int i = e >> 1, col = n * 8 + 2 * tg + (e & 1), key = k0 + col;
-          float x = fa_score(p, S[4 * n + e], alibi2, fabsf(base[i] - (float)col));
-          if (mode == 2 && !(key >= lo_r[i] && key <= hi_r[i])) x = -INFINITY;
-          S[4 * n + e] = x;
-          mx[i] = fmaxf(mx[i], x);
-        }
-      float alpha[2], mu[2];
-      fa_online_step(mx, m, l, alpha, mu);
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) acc[x] *= alpha[(x >> 1) & 1];
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) {
-        const float pv = exp2f(S[x] - mu[(x >> 1) & 1]);
-        S[x] = pv;
-        l[(x >> 1) & 1] += pv;
-      }
-    }
-    fa_mbar_wait(&v_ok[st], ph);
-    if (mode) {
-      /* O += P V: P's D fragment is the A fragment of 16 keys; V is MN-major (d
-       * contiguous): d blocks of 64 H_BN * 128 bytes apart (LBO), 8-key groups 1024 (SBO) */
-      uint32_t P[32]; /* all of P packed before the fence: no register writes between wgmmas */
-      FA_UNROLL
-      for (int x = 0; x < 32; x++) P[x] = fa_pack(S[2 * x], S[2 * x + 1]);
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
-      fa_wgmma_fence();
-      FA_UNROLL
-      for (int kc = 0; kc < H_BN / 16; kc++)
-        h_wgmma_rs_t(acc, P + 4 * kc, fa_wgmma_desc(v_addr + (uint32_t)kc * 16 * 128, H_BN * 128, 1024));
-      fa_wgmma_commit();
+      h_release(&empty_k[st], lane);
+      if (j > 0) h_release(&empty_v[pst], lane);
+      h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+      H_PACK_P(P, S);
+    } else if (j == jb && j > ja) { /* the last P V */
+      h_fence_operands(acc, S, P);
+      H_ISSUE_PV(acc, P, v_addr);
+      h_slot_issued(j, nslots, cw);
+      if (j < ntiles) h_release(&empty_k[st], lane);
       fa_wgmma_wait<0>();
       FA_UNROLL
       for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+      h_release(&empty_v[pst], lane);
+    } else { /* nothing of tiles j, j - 1 for this warpgroup: keep the turns and the ring */
+      h_slot_issued(j, nslots, cw);
+      if (j < ntiles) h_release(&empty_k[st], lane);
+      if (j > 0) h_release(&empty_v[pst], lane);
     }
-    fa_syncwarp();
-    if (lane == 0) fa_mbar_arrive(&empty[st]);
   }
 
   FA_UNROLL

@@ -324,6 +324,14 @@ static void sweep_hopper(void) {
     c.alibi = (m >> 1) & 1;
     run(c, 0);
   }
+  /* many key tiles per CTA: every stage of the K/V ring reused, the pipelined steady
+   * state, the warpgroups' first and last tiles apart (window), a CTA with one warpgroup idle */
+  for (int m = 0; m < 4; m++) {
+    gc_case c = {.name = "sm90 ring", .B = 1, .Sq = E ? 130 : 700, .Skv = E ? 700 : 1600,
+                 .Hq = 2, .Hkv = 1, .D = 128, .causal = m & 1, .dtype = m & 1 ? ATTN_F16 : ATTN_BF16};
+    if (m & 2) c.window = 1, c.wl = E ? 300 : 500, c.wr = (m & 1) ? -1 : 70, c.sinks = 1;
+    run(c, 0);
+  }
   run_empty((gc_case){.name = "sm90 causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70,
                       .Hq = 2, .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
             EXPECT_EMPTY_ROWS);
