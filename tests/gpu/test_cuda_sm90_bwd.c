@@ -7,6 +7,8 @@
  * poisoned with NaN bits and must come back untouched. Each case checks the path it ran
  * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
  * masks must run mma.sync. bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
+ * Blocks of longer sequences (q_pos0 / k_pos0, which the oracle here does not model) are
+ * checked against the mma.sync backward instead.
  * Exits 77 without a device; on a device that is not compute capability 9.0 every case
  * runs mma.sync (and still has to pass). Built for the GPU and for the emulator. */
 #include <math.h>
@@ -160,6 +162,56 @@ static void run(gc_case c, int deterministic, int flags) {
   gc_free(&P);
 }
 
+/* max |a - b| over max |b| of n floats (NaN counts as 1). */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+  double m = 0.0, e = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs((double)a[i] - (double)b[i]);
+    e = d > e || isnan(d) ? (isnan(d) ? 1e30 : d) : e;
+    m = fabs((double)b[i]) > m ? fabs((double)b[i]) : m;
+  }
+  return m > 0.0 ? e / m : e;
+}
+
+/* A block of a longer sequence (q_pos0, k_pos0, seq_q, seq_kv: what the ring hands the
+ * kernels), which the oracle here does not model: the sm90 backward against the mma.sync
+ * one (non-deterministic, tested against the oracle elsewhere) on the same forward. An
+ * index or offset slip is an O(1) error; the two differ only by float32 order and the
+ * rare bf16/f16 rounding flip of P or dS. */
+static void run_offsets(gc_case c, int64_t q_pos0, int64_t k_pos0, int64_t seq_q, int64_t seq_kv) {
+  c.seed = next_seed++;
+  gc_prob P;
+  gc_out out = {0}, mma = {0};
+  gc_init(&P, &c);
+  P.pb.q_pos0 = q_pos0;
+  P.pb.k_pos0 = k_pos0;
+  P.pb.seq_q = seq_q;
+  P.pb.seq_kv = seq_kv;
+  char desc[600];
+  gc_describe(&c, desc, sizeof desc);
+  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  int64_t changed = 0, changed_mma = 0;
+  expect_ok(run_bwd(&P, &out, 0, &changed), "attn_cuda_bwd_block", &c);
+  const char *got = attn_cuda_last_bwd_path();
+  TU_CHECK(!strcmp(got, attn_cuda_bwd_path(&P.pb, 0)), "backward ran %s: %s", got, desc);
+  ran_sm90 += !strcmp(got, "sm90");
+  attn_cuda_set_hopper(0);
+  expect_ok(run_bwd(&P, &mma, 0, &changed_mma), "attn_cuda_bwd_block (mma.sync)", &c);
+  attn_cuda_set_hopper(1);
+  TU_CHECK(changed == 0 && changed_mma == 0, "padding words written: %s", desc);
+  const double eq = rel_diff(out.dq, mma.dq, gc_n_q(&P)), ek = rel_diff(out.dk, mma.dk, gc_n_k(&P)),
+               ev = rel_diff(out.dv, mma.dv, gc_n_v(&P));
+  const double tol = c.dtype == ATTN_BF16 ? 2e-2 : 4e-3;
+  TU_CHECK(eq <= tol && ek <= tol && ev <= tol,
+           "sm90 vs mma.sync backward at q_pos0=%lld k_pos0=%lld seq %lld/%lld: dQ %.2e dK %.2e "
+           "dV %.2e of max (tol %.0e): %s",
+           (long long)q_pos0, (long long)k_pos0, (long long)seq_q, (long long)seq_kv, eq, ek, ev,
+           tol, desc);
+  gc_out_free(&out);
+  gc_out_free(&mma);
+  gc_free(&P);
+}
+
 static void cases(void) {
   /* around the tiles: 128-key CTAs, 64-row steps; Sq != Skv both ways; GQA / MQA */
   static const int64_t sizes[][2] = {{1, 1},     {63, 65},   {64, 128},  {65, 129}, {130, 257},
@@ -197,6 +249,12 @@ static void cases(void) {
   run((gc_case){.name = "sm90 bwd causal unseen", .B = 2, .Sq = E ? 60 : 100, .Skv = E ? 200 : 400,
                 .Hq = 3, .Hkv = 1, .D = 128, .causal = 1, .window = 1, .wl = 40, .wr = -1,
                 .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, PLANT_UNSEEN);
+  /* blocks of longer sequences: causal offset and window relative to positions */
+  run_offsets((gc_case){.name = "sm90 bwd positions causal", .B = 1, .Sq = 100, .Skv = 150, .Hq = 2,
+                        .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 130, 40, 400, 380);
+  run_offsets((gc_case){.name = "sm90 bwd positions window", .B = 2, .Sq = 70, .Skv = 200, .Hq = 2,
+                        .Hkv = 2, .D = 128, .window = 1, .wl = 50, .wr = 20, .alibi = 1,
+                        .dtype = ATTN_F16}, 64, 0, 300, 300);
   /* routed to mma.sync: deterministic dQ, varlen, block masks */
   run((gc_case){.name = "sm90 bwd -> mma deterministic", .B = 1, .Sq = 70, .Skv = 140, .Hq = 2,
                 .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 1, 0);
