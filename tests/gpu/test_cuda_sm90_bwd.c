@@ -2,7 +2,8 @@
  * specialisation, dQ by atomics) vs the float64 oracle: dQ, dK, dV and d(sinks) on random
  * inputs, around its 128-key CTAs and 64-row query steps (several of each, ragged ends),
  * causal and not, Sq != Skv both ways, GQA / MQA, window, softcap, ALiBi, sinks, strided
- * [B,H,S,D] views, empty rows and NaN/Inf in keys no query sees. The float32 gradients
+ * [B,H,S,D] views, empty rows, NaN/Inf in keys no query sees and +inf scores exactly
+ * where the mask must win. The float32 gradients
  * live in padded views (8 extra floats a row, 3 extra rows a batch) whose padding is
  * poisoned with NaN bits and must come back untouched. Each case checks the path it ran
  * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
@@ -106,7 +107,9 @@ static attn_status run_bwd(gc_prob *P, gc_out *out, int deterministic, int64_t *
   return st;
 }
 
-enum { PLANT_UNSEEN = 1, EXPECT_EMPTY = 2 };
+/* PLANT_UNSEEN: NaN/Inf in every key no query sees; HOT: a key whose score is +inf
+ * (bf16 only) for exactly the queries that must not see it (as test_cuda_attn's run_hot). */
+enum { PLANT_UNSEEN = 1, EXPECT_EMPTY = 2, HOT = 4 };
 
 /* One case: forward, then the backward (deterministic or not) against the references. */
 static void run(gc_case c, int deterministic, int flags) {
@@ -136,6 +139,22 @@ static void run(gc_case c, int deterministic, int flags) {
     }
     gc_sync(&P);
     TU_CHECK(planted > 0, "case %s has no unseen keys", c.name);
+  }
+  if (flags & HOT) {
+    const int64_t hot = P.Skv / 2;
+    int64_t masked = 0;
+    for (int64_t j = 0; j < P.Skv; j++)
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hkv; h++)
+          P.k[((b * P.Skv + j) * P.Hkv + h) * P.D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
+    for (int64_t i = 0; i < P.Sq; i++) {
+      masked += !P.vis[i * P.Skv + hot];
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hq; h++)
+          P.q[((b * P.Sq + i) * P.Hq + h) * P.D] = P.vis[i * P.Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+    }
+    gc_sync(&P);
+    TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);
   }
   TU_CHECK(!(flags & EXPECT_EMPTY) || empties > 0, "case %s has no empty rows", c.name);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
@@ -249,6 +268,11 @@ static void cases(void) {
   run((gc_case){.name = "sm90 bwd causal unseen", .B = 2, .Sq = E ? 60 : 100, .Skv = E ? 200 : 400,
                 .Hq = 3, .Hkv = 1, .D = 128, .causal = 1, .window = 1, .wl = 40, .wr = -1,
                 .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, PLANT_UNSEEN);
+  run((gc_case){.name = "sm90 bwd hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
+                .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
+                .dtype = ATTN_BF16}, 0, HOT);
+  run((gc_case){.name = "sm90 bwd hot causal", .B = 1, .Sq = E ? 100 : 300, .Skv = E ? 140 : 300,
+                .Hq = 4, .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 0, HOT);
   /* blocks of longer sequences: causal offset and window relative to positions */
   run_offsets((gc_case){.name = "sm90 bwd positions causal", .B = 1, .Sq = 100, .Skv = 150, .Hq = 2,
                         .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 130, 40, 400, 380);
