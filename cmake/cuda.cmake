@@ -50,12 +50,14 @@ foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
   string(APPEND ATTN_CUDA_DIMS_STR "${hd}")
 endforeach()
 
-# The Hopper forward (head dim 128 only): its own instances, built for sm_90a alone.
+# The Hopper forward and backward (head dim 128 only): their own instances, built for
+# sm_90a alone.
 set(ATTN_CUDA_SM90_INSTANCES "")
 if("128" IN_LIST ATTN_CUDA_HEAD_DIMS)
   foreach(dt bf16 f16)
     foreach(causal "" "_causal")
-      list(APPEND ATTN_CUDA_SM90_INSTANCES ${ATTN_CUDA_DIR}/fwd_hd128_${dt}${causal}_sm90.cu)
+      list(APPEND ATTN_CUDA_SM90_INSTANCES ${ATTN_CUDA_DIR}/fwd_hd128_${dt}${causal}_sm90.cu
+           ${ATTN_CUDA_DIR}/bwd_hd128_${dt}${causal}_sm90.cu)
     endforeach()
   endforeach()
 endif()
@@ -141,7 +143,7 @@ if(ATTN_CUDA_ENABLED)
     endif()
     target_sources(attnrun_cuda_kernels PRIVATE $<TARGET_OBJECTS:attnrun_cuda_sm90>)
     target_compile_definitions(attnrun_cuda_kernels PRIVATE ATTN_CUDA_SM90=1)
-    message(STATUS "attnrun: Hopper forward (sm_90a TMA + wgmma) built for head dim 128")
+    message(STATUS "attnrun: Hopper forward and backward (sm_90a TMA + wgmma) built for head dim 128")
   endif()
 
   if(TARGET attnrun)

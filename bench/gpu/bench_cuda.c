@@ -8,10 +8,11 @@
  * peers' rule: forward 2*B*H*N^2*(Dqk+Dv) (= 4*B*H*N^2*D; causal: half), backward 2.5x
  * forward. The backward
  * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
- * --path picks the forward kernels: mma (the mma.sync kernels), sm90 (the Hopper TMA +
- * wgmma kernel where it applies: bf16/f16, head dim 128), both, or auto (the default: both
- * for the bf16 d=128 forward, mma elsewhere); both paths of a shape run side by side and
- * the sm90 row says its speed relative to mma's.
+ * --path picks the kernels: mma (the mma.sync kernels), sm90 (the Hopper TMA + wgmma
+ * kernels where they apply: bf16/f16, head dim 128; the backward without --det, as its dQ
+ * is added with atomics), both, or auto (the default: both for bf16 d=128, mma elsewhere);
+ * both paths of a shape run side by side and the sm90 row says its speed relative to
+ * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
  * carry "impl": "attnrun-sm90".
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
@@ -306,7 +307,7 @@ int main(int argc, char **argv) {
           for (int sm90 = 0; sm90 < 2; sm90++) {
             const int64_t D = o.dqk[di], Dv = o.dv[di], N = o.ns[ni], H = o.model_dim / D;
             /* paths of this (pass, dims, dtype): sm90 only where the Hopper kernel applies */
-            const int can90 = !pass && D == 128 && Dv == 128;
+            const int can90 = D == 128 && Dv == 128 && (!pass || !o.det);
             const int want90 = can90 && (!strcmp(o.path, "sm90") || !strcmp(o.path, "both") ||
                                          (!strcmp(o.path, "auto") && o.dtype == ATTN_BF16));
             const int want_mma = !want90 || strcmp(o.path, "sm90");
@@ -352,6 +353,12 @@ int main(int argc, char **argv) {
             ra.bwd = pass;
             if (pass && run_once(&ra) != ATTN_OK) {
               fprintf(stderr, "bwd hd=%lld: %s\n", (long long)D, attn_last_error());
+              failed = 1;
+              continue;
+            }
+            if (sm90 && pass && strcmp(attn_cuda_last_bwd_path(), "sm90")) {
+              fprintf(stderr, "hd=%lld N=%lld: the sm90 backward did not run (%s ran; ATTN_DEBUG=INFO says why)\n",
+                      (long long)D, (long long)N, attn_cuda_last_bwd_path());
               failed = 1;
               continue;
             }

@@ -107,8 +107,8 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
                                 int deterministic, void *workspace, size_t workspace_bytes,
                                 void *stream);
 
-/* The Hopper forward (sm_90a: TMA, wgmma, warp specialisation): mode 1 allows it, 0 keeps
- * every forward on the mma.sync kernels, -1 (the start) follows ATTN_CUDA_HOPPER (default
+/* The Hopper forward and backward (sm_90a: TMA, wgmma, warp specialisation): mode 1 allows
+ * them, 0 keeps every forward and backward on the mma.sync kernels, -1 (the start) follows ATTN_CUDA_HOPPER (default
  * 0). For tests and benchmarks that compare the two in one process. */
 void attn_cuda_set_hopper(int mode);
 /* The kernel family attn_cuda_fwd would pick for p now: "sm90", "mma", "f32" or "none".
@@ -117,6 +117,10 @@ void attn_cuda_set_hopper(int mode);
 const char *attn_cuda_fwd_path(const attn_cuda_problem *p);
 /* The family the last bf16/f16 attn_cuda_fwd call of the process ran: "sm90" or "mma". */
 const char *attn_cuda_last_fwd_path(void);
+/* The same for attn_cuda_bwd_block (the Hopper backward also needs deterministic == 0),
+ * and the family its last bf16/f16 call ran: "sm90" or "mma". */
+const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic);
+const char *attn_cuda_last_bwd_path(void);
 
 /* "64, 128, 256, 192x128" — the bf16/f16 head dims (D or DqkxDv) this build instantiated
  * (the float32 kernels take any supported head dims). */

@@ -2,7 +2,9 @@
  * (fwd_sm90_body.cuh): mbarriers with transaction counts, TMA tile loads
  * (cp.async.bulk.tensor onto an mbarrier), wgmma.mma_async m64n128k16 (A from shared
  * memory or registers, B from shared memory through 128-byte-swizzled descriptors) with its
- * fence / commit / wait, setmaxnreg and the async-proxy fence. With -DATTN_CUDA_EMULATE the
+ * fence / commit / wait, setmaxnreg and the async-proxy fence; for the backward
+ * (bwd_sm90_body.cuh) also m64n64k16 with both operands from shared memory, K-major or both
+ * MN-major (A transposed: dS^T stored key-major read as dS). With -DATTN_CUDA_EMULATE the
  * same names map to the host model in tests/gpu/emu.h (emu.cc writes their semantics from
  * the PTX ISA), so the kernel runs on a CPU too.
  *
@@ -132,11 +134,30 @@ FA_DEV void fa_reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
                  : FA_WG_D64                                                                  \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                      \
   }
+#define FA_WG_D32 FA_WG_D8(0), FA_WG_D8(8), FA_WG_D8(16), FA_WG_D8(24)
+#define FA_WG_REGS32                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+/* d[32] (+)= A B, m64n64k16 (the backward): A and B from shared memory, each K-major (TA /
+ * TB 0) or MN-major (1), as immediates; scale_d == 0 overwrites d. */
+#define FA_WGMMA_SS64(name, ty, ta, tb)                                                       \
+  FA_DEV void name(float d[32], uint64_t da, uint64_t db, int scale_d) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " " FA_WG_REGS32     \
+                 ", %32, %33, p, 1, 1, " ta ", " tb ";\n}\n"                                   \
+                 : FA_WG_D32                                                                  \
+                 : "l"(da), "l"(db), "r"(scale_d));                                           \
+  }
 FA_WGMMA_SS(fa_wgmma_ss_bf16, "bf16")
 FA_WGMMA_SS(fa_wgmma_ss_f16, "f16")
 FA_WGMMA_RS_T(fa_wgmma_rs_t_bf16, "bf16")
 FA_WGMMA_RS_T(fa_wgmma_rs_t_f16, "f16")
+FA_WGMMA_SS64(fa_wgmma_ss64_bf16, "bf16", "0", "0")
+FA_WGMMA_SS64(fa_wgmma_ss64_f16, "f16", "0", "0")
+FA_WGMMA_SS64(fa_wgmma_ss64_tt_bf16, "bf16", "1", "1")
+FA_WGMMA_SS64(fa_wgmma_ss64_tt_f16, "f16", "1", "1")
 #undef FA_WGMMA_SS
+#undef FA_WGMMA_SS64
 #undef FA_WGMMA_RS_T
 #endif /* FA_SM90_DEVICE */
 
@@ -174,6 +195,19 @@ FA_DEV void fa_wgmma_rs_t_bf16(float d[64], const uint32_t a[4], uint64_t db) {
 }
 FA_DEV void fa_wgmma_rs_t_f16(float d[64], const uint32_t a[4], uint64_t db) {
   emu_wgmma(d, 128, 0, a, db, 1, 0, 1, 0);
+}
+/* m64n64k16: A, B K-major (ss64) or both MN-major (ss64_tt) */
+FA_DEV void fa_wgmma_ss64_bf16(float d[32], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 64, da, nullptr, db, scale_d, 0, 0, 1);
+}
+FA_DEV void fa_wgmma_ss64_f16(float d[32], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 64, da, nullptr, db, scale_d, 0, 0, 0);
+}
+FA_DEV void fa_wgmma_ss64_tt_bf16(float d[32], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 64, da, nullptr, db, scale_d, 1, 1, 1);
+}
+FA_DEV void fa_wgmma_ss64_tt_f16(float d[32], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 64, da, nullptr, db, scale_d, 1, 1, 0);
 }
 #endif
 

@@ -1,9 +1,10 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
  * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the one-shot
- * forward at head dim 128 goes to the Hopper kernel (fwd_sm90_body.cuh) where it can run
- * and ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back as
- * cudaError_t values and are worded here. */
+ * forward and the non-deterministic backward at head dim 128 go to the Hopper kernels
+ * (fwd_sm90_body.cuh, bwd_sm90_body.cuh) where they can run and ATTN_CUDA_HOPPER allows
+ * it. Plain C: no CUDA headers; launch errors come back as cudaError_t values and are
+ * worded here. */
 #include <stdint.h>
 #include <string.h>
 
@@ -58,6 +59,10 @@ int attn_cuda__fwd_hd128_bf16_sm90(const fa_call *c);
 int attn_cuda__fwd_hd128_bf16_causal_sm90(const fa_call *c);
 int attn_cuda__fwd_hd128_f16_sm90(const fa_call *c);
 int attn_cuda__fwd_hd128_f16_causal_sm90(const fa_call *c);
+int attn_cuda__bwd_hd128_bf16_sm90(const fa_call *c);
+int attn_cuda__bwd_hd128_bf16_causal_sm90(const fa_call *c);
+int attn_cuda__bwd_hd128_f16_sm90(const fa_call *c);
+int attn_cuda__bwd_hd128_f16_causal_sm90(const fa_call *c);
 #endif
 
 /* ---- the Hopper forward: when it is taken ------------------------------------------------
@@ -90,7 +95,40 @@ static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
 #endif
 }
 
-static const char *last_used = "none";
+/* ---- the Hopper backward: when it is taken ----------------------------------------------
+ * The forward's conditions (ATTN_CUDA_HOPPER=1, compute capability 9.0, bf16/f16 at head
+ * dim 128, no varlen or block mask), and a non-deterministic dQ: its dQ is added with
+ * float32 atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels. The
+ * launcher declines like the forward's (no sm_90a image, a view TMA cannot describe). */
+static fa_launcher hopper_bwd(const attn_cuda_problem *p, int deterministic, const char **why) {
+#ifdef ATTN_CUDA_SM90
+  static const fa_launcher set[2][2] = {
+      {attn_cuda__bwd_hd128_bf16_sm90, attn_cuda__bwd_hd128_bf16_causal_sm90},
+      {attn_cuda__bwd_hd128_f16_sm90, attn_cuda__bwd_hd128_f16_causal_sm90}};
+  const char *fwhy = NULL;
+  if (!hopper_fwd(p, &fwhy)) *why = fwhy;
+  else if (deterministic) *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ with atomics)";
+  else return set[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
+  return NULL;
+#else
+  (void)p;
+  (void)deterministic;
+  *why = "this build has no sm_90a kernels";
+  return NULL;
+#endif
+}
+
+static const char *last_used = "none", *last_bwd_used = "none";
+
+/* Logs the backward's kernel choice at INFO when it differs from the last one logged. */
+static void log_bwd_path(const char *path, const char *why) {
+  static const char *last_path, *last_why;
+  last_bwd_used = path[0] == 's' ? "sm90" : "mma";
+  if (path == last_path && why == last_why) return;
+  last_path = path;
+  last_why = why;
+  attn__log(ATTN_LOG_INFO, "cuda backward: %s%s%s", path, why ? " — " : "", why ? why : "");
+}
 
 /* Logs the forward's kernel choice at INFO when it differs from the last one logged. */
 static void log_path(const char *path, const char *why) {
@@ -396,5 +434,26 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  if (p->dtype == ATTN_F32) return launched(in->bwd(&c), "flash backward", in);
+  const char *why = NULL;
+  const fa_launcher hop = hopper_bwd(p, c.deterministic, &why);
+  if (hop) {
+    const int err = hop(&c);
+    if (err != FA_ERR_FALLBACK) {
+      log_bwd_path("sm90 (TMA + wgmma, warp-specialised, dQ by atomics)", NULL);
+      return launched(err, "flash backward (sm90)", in);
+    }
+    why = "the sm90 launcher declined (no sm_90a image, or a view TMA cannot describe)";
+  }
+  log_bwd_path("mma.sync", why);
   return launched(in->bwd(&c), "flash backward", in);
 }
+
+const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic) {
+  const char *why = NULL;
+  if (!p || !find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) return "none";
+  if (p->dtype == ATTN_F32) return "f32";
+  return hopper_bwd(p, deterministic, &why) ? "sm90" : "mma";
+}
+
+const char *attn_cuda_last_bwd_path(void) { return last_bwd_used; }

@@ -221,16 +221,18 @@ BENCH_BIN="$BUILD/bench/gpu/bench_cuda"
 
 # ---- 2. checks ----------------------------------------------------------------------------
 stage ptxas-spills 60 ctest --test-dir "$BUILD" -R cuda_ptxas_spills --output-on-failure
-# Instruction census of three kernels' machine code: tensor-core MMAs (HMMA: mma.sync,
-# HGMMA: wgmma), ldmatrix, cp.async, TMA loads (UTMALDG), setmaxnreg (USETMAXREG), and
-# local-memory traffic (which should be zero).
+# Instruction census of five kernels' machine code (the sm90 backward: one non-causal, one
+# causal): tensor-core MMAs (HMMA: mma.sync, HGMMA: wgmma), ldmatrix, cp.async, TMA loads
+# (UTMALDG), setmaxnreg (USETMAXREG), float32 reductions (RED: the sm90 backward's dQ
+# atomics), and local-memory traffic (which should be zero).
 sass() {
   local obj n
-  for k in fwd_hd128_bf16_causal bwd_hd128_bf16 fwd_hd128_bf16_causal_sm90; do
+  for k in fwd_hd128_bf16_causal bwd_hd128_bf16 fwd_hd128_bf16_causal_sm90 bwd_hd128_bf16_sm90 \
+           bwd_hd128_f16_causal_sm90; do
     obj=$(find "$BUILD" -name "$k.cu.o" | head -1)
     [ -n "$obj" ] || { echo "no object for $k"; continue; }
     cuobjdump -sass "$obj" >"$BUILD/$k.sass" || return 1
-    for ins in HMMA HGMMA LDSM LDGSTS UTMALDG USETMAXREG BAR.SYNC MUFU.EX2 LDL STL; do
+    for ins in HMMA HGMMA LDSM LDGSTS UTMALDG USETMAXREG BAR.SYNC MUFU.EX2 RED LDL STL; do
       n=$(grep -c "$ins" "$BUILD/$k.sass")
       printf '%s %s=%s\n' "$k" "$ins" "$n"
     done
@@ -241,10 +243,12 @@ stage sass 30 bash -c "BUILD='$BUILD'; $(declare -f sass); sass"
 CTEST_OUT="$DEST/.ctest.txt"
 STAGE_NOTE="ctest -L gpu -j4"
 stage tests 240 bash -c "set -o pipefail; ctest --test-dir '$BUILD' -L gpu --output-on-failure -j 4 --timeout 300 | tee '$CTEST_OUT'"
-# The forward parts again with the Hopper kernel allowed (ATTN_CUDA_HOPPER=1): on sm_90
-# every one-shot d=128 forward of them runs flash_fwd_*_sm90 (the hopper part ran it already).
-STAGE_NOTE="ATTN_CUDA_HOPPER=1: fwd flags windows empty quick"
-stage tests-hopper 200 env ATTN_CUDA_HOPPER=1 ctest --test-dir "$BUILD" -L gpu -R 'cuda_(fwd|flags|windows|empty|quick)$' --output-on-failure -j 4 --timeout 300
+# The forward parts again with the Hopper kernels allowed (ATTN_CUDA_HOPPER=1): on sm_90
+# every one-shot d=128 forward of them runs flash_fwd_*_sm90 (the hopper part ran it
+# already), and every non-deterministic d=128 backward flash_bwd_*_sm90 (so does
+# cuda_hopper_bwd).
+STAGE_NOTE="ATTN_CUDA_HOPPER=1: fwd bwd flags windows empty quick"
+stage tests-hopper 260 env ATTN_CUDA_HOPPER=1 ctest --test-dir "$BUILD" -L gpu -R 'cuda_(fwd|bwd|flags|windows|empty|quick)$' --output-on-failure -j 4 --timeout 300
 SANITIZER=$(command -v compute-sanitizer || true)
 for c in "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/compute-sanitizer" \
   /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do

@@ -4,7 +4,8 @@
  * tensor, negative coordinates included; mbarrier phases alternate; wgmma m64n128k16 with
  * A and B from K-major swizzled descriptors (the start address stepped 32 bytes per k16)
  * and with A from registers and B MN-major (LBO between 64-column blocks, SBO between
- * 8-row groups) equal plain matrix products. Inputs are small integers, so the float32
+ * 8-row groups) equal plain matrix products; so do m64n64k16 with both operands K-major and
+ * with both MN-major from shared memory (A transposed, as the backward reads dS^T). Inputs are small integers, so the float32
  * products are exact and compared with ==.
  *
  * Built twice: on the emulator (ctest cuda_emu_sm90_primitives: it checks the emulator's
@@ -32,6 +33,7 @@ struct prim_maps {
 struct prim_out {
   int bad_box[128], no_sm90;
   float d1[M * N], d2[M * N]; /* [row][col] */
+  float d3[M * 64], d4[M * 64]; /* m64n64k16: SS K-major; SS both MN-major */
 };
 
 /* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
@@ -39,6 +41,12 @@ FA_DEV void store_d(float *out, const float d[64], int t) {
   const int w = t / 32, g = (t % 32) / 4, c = t % 4;
   for (int i = 0; i < N / 8; i++)
     for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * N + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
+FA_DEV void store_d64(float *out, const float d[32], int t) {
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  for (int i = 0; i < 8; i++)
+    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
 
 FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p_bits, prim_out *out) {
@@ -111,6 +119,23 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d(out->d2, d, t);
+
+  /* m64n64k16: D3 = A Bk[0..63]^T (both K-major); D4 = V[:, 0..63]^T V[:, 64..127], A and
+   * B both MN-major from V's two column blocks (A transposed: the backward's dS^T) */
+  float e[32];
+  fa_wgmma_fence();
+  for (int kk = 0; kk < K / 16; kk++)
+    fa_wgmma_ss64_bf16(e, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(bk + 32 * kk, 16, 1024), kk > 0);
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d64(out->d3, e, t);
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++)
+    fa_wgmma_ss64_tt_bf16(e, fa_wgmma_desc(v + 2048 * kc, K * 128, 1024),
+                          fa_wgmma_desc(v + K * 128 + 2048 * kc, K * 128, 1024), kc > 0);
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d64(out->d4, e, t);
 #else
   (void)maps;
   (void)p_bits;
@@ -218,9 +243,20 @@ int main(void) {
       if (out.d2[m * N + n] != (float)s2 && bad2++ < 5)
         printf("FAIL: RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d2[m * N + n], s2);
     }
-  fails += bad1 + bad2;
-  printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, fails ? "FAILED" : "all passed");
+  int bad3 = 0, bad4 = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < 64; n++) {
+      int s3 = 0, s4 = 0;
+      for (int k = 0; k < K; k++) s3 += fA(m, k) * fB(n, k), s4 += fV(k, m) * fV(k, 64 + n);
+      if (out.d3[m * 64 + n] != (float)s3 && bad3++ < 5)
+        printf("FAIL: N=64 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d3[m * 64 + n], s3);
+      if (out.d4[m * 64 + n] != (float)s4 && bad4++ < 5)
+        printf("FAIL: N=64 SS A,B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d4[m * 64 + n], s4);
+    }
+  fails += bad1 + bad2 + bad3 + bad4;
+  printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
+         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);

@@ -1,0 +1,425 @@
+/* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dim 128 (dK, dV and dQ by
+ * float32 atomics in one kernel) and its launcher; instantiated by
+ * bwd_hd128_{bf16,f16}[_causal]_sm90.cu.
+ *
+ * The mma.sync dK/dV kernel's split (bwd_body.cuh), on wgmma: a CTA of three warpgroups
+ * owns 128 keys of one (batch, KV head) and walks the query rows that can see them, for
+ * every query head of the GQA group, 64 rows a step. Warpgroup 0 is the producer: one
+ * thread loads K and V once and the (Q, dO) tiles of each step into a two-stage ring with
+ * TMA (128-byte swizzle, "full" mbarriers with transaction counts); its second warp
+ * zero-fills the K/V rows of keys that no query of the CTA sees (so NaN/Inf there cannot
+ * reach a product), then fills each stage's LSE (log2 units) and delta rows and arrives on
+ * the stage's "full" barrier too. Warpgroups 1 and 2 are the consumers, 64 keys each:
+ *   S^T = K Q^T and dP^T = V dO^T  (wgmma m64n64k16, both operands K-major in smem),
+ *   P^T = 2^(S^T - LSE), dS^T = P^T (dP^T - delta) scale dcap  (registers, masked),
+ *   dV += P^T dO, dK += dS^T Q     (m64n128k16, A = the D fragment reused as A, B MN-major),
+ *   dS^T -> shared memory (two buffers), a named barrier over both consumers, then
+ *   dQ[:, 64 cw..] = dS K          (m64n64k16, A = dS^T MN-major, B = K MN-major)
+ * added to the float32 dQ with atomics (not deterministic: ATTN_DETERMINISTIC runs the
+ * mma.sync kernels). The CTA is the only writer of its dK/dV rows. What this kernel does
+ * not do goes to the mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks,
+ * head dims other than 128, views TMA cannot describe. */
+#include "common.cuh"
+#include "device_sm90.cuh"
+
+#if DQK != 128 || DV != 128
+#error "the sm90 backward is written for head dim 128"
+#endif
+
+#define G_BN 128 /* keys per CTA: two consumer warpgroups of 64 */
+#define G_BM 64  /* query rows per step */
+#define G_STAGES 2
+#define G_THREADS 384
+#define G_CB 64 /* elements in a 128-byte swizzled column block */
+#define G_KBYTES (G_BN * DQK * 2)
+#define G_VBYTES (G_BN * DV * 2)
+#define G_QBYTES (G_BM * DQK * 2)
+#define G_OBYTES (G_BM * DV * 2)
+#define G_SBYTES (G_BN * G_BM * 2) /* one dS^T buffer */
+#define G_NBAR (2 + 2 * G_STAGES)
+/* tiles, LSE / delta, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
+#define G_SMEM_BYTES                                                                         \
+  (1024 + G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +            \
+   G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
+#define G_PRODUCER_REGS 40
+#define G_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 = 384 x 168, what the launch holds */
+#define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
+
+#if FA_BF16
+#define g_wgmma_ss64 fa_wgmma_ss64_bf16
+#define g_wgmma_ss64_tt fa_wgmma_ss64_tt_bf16
+#define g_wgmma_rs_t fa_wgmma_rs_t_bf16
+#else
+#define g_wgmma_ss64 fa_wgmma_ss64_f16
+#define g_wgmma_ss64_tt fa_wgmma_ss64_tt_f16
+#define g_wgmma_rs_t fa_wgmma_rs_t_f16
+#endif
+
+#ifndef FA_BWD90_MAPS_DEFINED
+#define FA_BWD90_MAPS_DEFINED
+/* TMA descriptors (d, s, h, b) of Q [B,sq,Hq,128], dO [B,sq,Hq,128] (boxes 64 x 64 rows),
+ * K, V [B,skv,Hkv,128] (boxes 64 x 128 rows), 128-byte swizzle. */
+struct fa_bwd90_maps {
+  fa_tmap q, o, k, v;
+};
+#endif
+
+/* Step IT of a CTA: query head H of the group, first row QA. */
+#define G_STEP(IT, H, QA)                   \
+  const int H = hk * group + (IT) / nsteps; \
+  const int QA = qlo + ((IT) % nsteps) * G_BM
+
+/* The keys of consumer warpgroup w: wn valid of its 64, and the query rows [lo_f, hi_f]
+ * and [lo_l, hi_l] that its first and last keys see. */
+struct g_keys {
+  int wn, lo_f, hi_f, lo_l, hi_l;
+};
+
+FA_DEV g_keys g_wg_keys(const fa_params &p, const fa_seg &s, int K0, int nk, int w) {
+  g_keys k;
+  k.wn = fa_min(fa_max(nk - 64 * w, 0), 64);
+  k.lo_f = k.lo_l = 0;
+  k.hi_f = k.hi_l = -1;
+  if (k.wn > 0) {
+    fa_key_rows(p, FA_CAUSAL, s, K0 + 64 * w, k.lo_f, k.hi_f);
+    fa_key_rows(p, FA_CAUSAL, s, K0 + 64 * w + k.wn - 1, k.lo_l, k.hi_l);
+  }
+  return k;
+}
+
+/* A consumer warpgroup's share of a step (rows [qa, qa + qn)): 0 nothing visible, 1 every
+ * pair visible, 2 mask each element. Warpgroup-uniform. */
+FA_DEV int g_mode(const g_keys &k, int qa, int qn) {
+  if (k.wn == 0 || k.hi_l < qa || k.lo_f > qa + qn - 1) return 0;
+  return k.wn == 64 && qn == G_BM && k.lo_l <= qa && k.hi_f >= qa + G_BM - 1 ? 1 : 2;
+}
+
+FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa_bwd90_maps maps) {
+#if FA_SM90_DEVICE
+  FA_SMEM(smem_raw);
+  unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
+  fa_elem *sK = (fa_elem *)smem;            /* [2 column blocks][G_BN][64], swizzled */
+  fa_elem *sV = sK + G_BN * DQK;            /* [2][G_BN][64] */
+  fa_elem *sQ = sV + G_BN * DV;             /* [G_STAGES][2][G_BM][64] */
+  fa_elem *sO = sQ + G_STAGES * G_BM * DQK; /* [G_STAGES][2][G_BM][64] dO */
+  fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [2 buffers][G_BN keys][64 rows] dS^T, swizzled */
+  float *sL = (float *)(sS + 2 * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
+  float *sD = sL + G_STAGES * G_BM;            /* [G_STAGES][G_BM] delta */
+  uint64_t *bar_kv = (uint64_t *)(sD + G_STAGES * G_BM);
+  uint64_t *kv_ok = bar_kv + 1, *full = kv_ok + 1, *empty = full + G_STAGES;
+  const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
+  const int b = (int)blockIdx.z, hk = (int)blockIdx.y, group = (int)p.group;
+  const fa_seg s = fa_make_seg(p, 0);
+  const int K0 = (int)blockIdx.x * G_BN, nk = fa_min(G_BN, (int)p.skv - K0);
+  /* query rows that may see any of the keys (monotone in the key) */
+  int qlo, qhi, x0, x1;
+  fa_key_rows(p, FA_CAUSAL, s, K0, qlo, x0);
+  fa_key_rows(p, FA_CAUSAL, s, K0 + nk - 1, x1, qhi);
+  if (qlo > qhi) return; /* no query sees these keys: their gradients stay as they are */
+  const int nsteps = (qhi - qlo + G_BM) / G_BM, total = nsteps * group;
+
+  if (tid == 0) {
+    fa_mbar_init(bar_kv, 1);
+    fa_mbar_init(kv_ok, 1);
+    for (int i = 0; i < G_STAGES; i++) {
+      fa_mbar_init(&full[i], 2);  /* the TMA thread (with the bytes) and the LSE warp */
+      fa_mbar_init(&empty[i], 8); /* one arrival per consumer warp */
+    }
+    fa_mbar_init_fence();
+  }
+  FA_SYNC();
+
+  if (wg == 0) { /* ---- producer warpgroup ---------------------------------------------- */
+    fa_setmaxnreg_dec<G_PRODUCER_REGS>();
+    if (warp == 0 && lane == 0) {
+      fa_tmap_prefetch(&maps.q);
+      fa_tmap_prefetch(&maps.o);
+      fa_tmap_prefetch(&maps.k);
+      fa_tmap_prefetch(&maps.v);
+      fa_mbar_arrive_expect_tx(bar_kv, G_KBYTES + G_VBYTES);
+      fa_tma_load_4d(sK, &maps.k, 0, K0, hk, b, bar_kv);
+      fa_tma_load_4d(sK + G_BN * G_CB, &maps.k, G_CB, K0, hk, b, bar_kv);
+      fa_tma_load_4d(sV, &maps.v, 0, K0, hk, b, bar_kv);
+      fa_tma_load_4d(sV + G_BN * G_CB, &maps.v, G_CB, K0, hk, b, bar_kv);
+      for (int it = 0; it < total; it++) {
+        const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
+        G_STEP(it, h, qa);
+        fa_elem *q = sQ + st * G_BM * DQK, *o = sO + st * G_BM * DV;
+        fa_mbar_wait(&empty[st], ph ^ 1); /* the first use of a stage passes at once */
+        fa_mbar_arrive_expect_tx(&full[st], G_QBYTES + G_OBYTES);
+        fa_tma_load_4d(q, &maps.q, 0, qa, h, b, &full[st]);
+        fa_tma_load_4d(q + G_BM * G_CB, &maps.q, G_CB, qa, h, b, &full[st]);
+        fa_tma_load_4d(o, &maps.o, 0, qa, h, b, &full[st]);
+        fa_tma_load_4d(o + G_BM * G_CB, &maps.o, G_CB, qa, h, b, &full[st]);
+      }
+    } else if (warp == 1) {
+      /* K/V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
+      fa_mbar_wait(bar_kv, 0);
+      for (int r = lane; r < G_BN; r += 32) {
+        const int key = K0 + r;
+        if (key >= (int)p.skv || fa_key_seen(p, FA_CAUSAL, s, key, qlo, qhi)) continue;
+        memset(sK + r * G_CB, 0, 128);
+        memset(sK + G_BN * G_CB + r * G_CB, 0, 128);
+        memset(sV + r * G_CB, 0, 128);
+        memset(sV + G_BN * G_CB + r * G_CB, 0, 128);
+      }
+      fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
+      fa_syncwarp();
+      if (lane == 0) fa_mbar_arrive(kv_ok);
+      for (int it = 0; it < total; it++) {
+        const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
+        G_STEP(it, h, qa);
+        fa_mbar_wait(&empty[st], ph ^ 1);
+        const int64_t row0 = (b * p.Hq + h) * p.lse_rows + p.q_row0;
+        for (int r = lane; r < G_BM; r += 32) {
+          const int ok = qa + r <= qhi; /* later rows are masked: any finite value */
+          sL[st * G_BM + r] = ok ? p.lse_in[row0 + qa + r] * FA_LOG2E : 0.0f;
+          sD[st * G_BM + r] = ok ? p.delta[row0 + qa + r] : 0.0f;
+        }
+        fa_syncwarp();
+        if (lane == 0) fa_mbar_arrive(&full[st]);
+      }
+    }
+    return;
+  }
+
+  /* ---- consumer warpgroups ------------------------------------------------------------ */
+  fa_setmaxnreg_inc<G_CONSUMER_REGS>();
+  const int cw = wg - 1, wq = warp % 4, g = lane / 4, tg = lane % 4;
+  /* both consumers' key ranges (a step's dQ needs to know whether either has work) */
+  const g_keys mine = g_wg_keys(p, s, K0, nk, cw), other = g_wg_keys(p, s, K0, nk, 1 - cw);
+  /* the thread's two keys (rows g, g + 8 of its warp's 16 in the D fragment) */
+  const int kr0 = 64 * cw + 16 * wq + g;
+  int klo[2], khi[2], kdist[2];
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    klo[i] = (int)p.sq;
+    khi[i] = -1;
+    if (kr0 + 8 * i < nk) fa_key_rows(p, FA_CAUSAL, s, K0 + kr0 + 8 * i, klo[i], khi[i]);
+    /* ALiBi: distance of (query r, key) = |r + qpos_row0 + off - kpos_col0 - key| */
+    kdist[i] = s.qpos_row0 + s.off - s.kpos_col0 - (K0 + kr0 + 8 * i);
+  }
+  const uint32_t k_addr = fa_smem_addr(sK), v_addr = fa_smem_addr(sV);
+  float dK[64], dV[64]; /* m64n128 D fragments: keys 64 cw + 16 wq + g (+8), columns 8n + 2tg */
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) dK[x] = dV[x] = 0.0f;
+  fa_mbar_wait(bar_kv, 0);
+  fa_mbar_wait(kv_ok, 0);
+
+  for (int it = 0; it < total; it++) {
+    const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
+    G_STEP(it, h, qa);
+    const int qn = fa_min(G_BM, qhi + 1 - qa);
+    const int mode = g_mode(mine, qa, qn), any = mode || g_mode(other, qa, qn);
+    const uint32_t q_addr = fa_smem_addr(sQ + st * G_BM * DQK);
+    const uint32_t o_addr = fa_smem_addr(sO + st * G_BM * DV);
+    const float *lb = sL + st * G_BM, *db = sD + st * G_BM;
+    unsigned char *sbuf = (unsigned char *)(sS + (it & 1) * G_BN * G_BM);
+    uint32_t PA[16], DA[16]; /* P^T, dS^T packed: the A fragments of 4 k16 chunks of rows */
+    fa_mbar_wait(&full[st], ph);
+    if (mode) {
+      float ST[32], DP[32]; /* m64n64 D fragments: keys x query rows */
+      fa_wgmma_fence();
+      FA_UNROLL
+      for (int kk = 0; kk < DQK / 16; kk++) {
+        /* 16 columns of d: column block kk/4, 32 bytes into the row; 8-row groups 1024
+         * bytes apart (SBO); LBO is unused by K-major swizzled layouts */
+        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
+        g_wgmma_ss64(ST, fa_wgmma_desc(k_addr + blk * G_BN + 64 * cw * 128 + in_row, 16, 1024),
+                     fa_wgmma_desc(q_addr + blk * G_BM + in_row, 16, 1024), kk > 0);
+      }
+      FA_UNROLL
+      for (int kk = 0; kk < DV / 16; kk++) {
+        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
+        g_wgmma_ss64(DP, fa_wgmma_desc(v_addr + blk * G_BN + 64 * cw * 128 + in_row, 16, 1024),
+                     fa_wgmma_desc(o_addr + blk * G_BM + in_row, 16, 1024), kk > 0);
+      }
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      FA_UNROLL
+      for (int x = 0; x < 32; x++) {
+        fa_reg_fence(ST[x]);
+        fa_reg_fence(DP[x]);
+      }
+      const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
+      FA_UNROLL
+      for (int n = 0; n < G_BM / 8; n++)
+        FA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int i = e >> 1, c = n * 8 + 2 * tg + (e & 1), q = qa + c;
+          float dcap;
+          const float x = fa_score_grad(p, ST[4 * n + e], alibi2, fabsf((float)(kdist[i] + q)), dcap);
+          const int vis = mode == 1 || (q >= klo[i] && q <= khi[i]);
+          const float pr = vis ? exp2f(x - lb[c]) : 0.0f;
+          ST[4 * n + e] = pr;
+          DP[4 * n + e] = pr != 0.0f ? pr * (DP[4 * n + e] - db[c]) * p.dscale * dcap : 0.0f;
+        }
+      FA_UNROLL
+      for (int x = 0; x < 16; x++) {
+        PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
+        DA[x] = fa_pack(DP[2 * x], DP[2 * x + 1]);
+      }
+    } else {
+      FA_UNROLL
+      for (int x = 0; x < 16; x++) PA[x] = DA[x] = 0u;
+    }
+    if (any) {
+      /* dS^T rows (keys) of this warpgroup into buffer it & 1: element (key r, row c) at
+       * 128 r + 16 ((c / 8) ^ (r % 8)) + 2 (c % 8), the TMA 128-byte swizzle; zeros from
+       * an idle warpgroup */
+      FA_UNROLL
+      for (int n = 0; n < G_BM / 8; n++)
+        FA_UNROLL
+        for (int i = 0; i < 2; i++) {
+          const int r = kr0 + 8 * i;
+          *(uint32_t *)(sbuf + r * 128 + ((n ^ (r & 7)) * 16) + tg * 4) = DA[2 * n + i];
+        }
+      fa_fence_proxy_async(); /* read by the dQ wgmma (the async proxy) */
+    }
+    if (mode) {
+      /* dV += P^T dO, dK += dS^T Q: A from the registers; dO / Q MN-major (d contiguous):
+       * d blocks of 64 G_BM * 128 bytes apart (LBO), 8-row groups 1024 (SBO) */
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) {
+        fa_reg_fence(dK[x]);
+        fa_reg_fence(dV[x]);
+      }
+      fa_wgmma_fence();
+      FA_UNROLL
+      for (int kc = 0; kc < G_BM / 16; kc++)
+        g_wgmma_rs_t(dV, PA + 4 * kc, fa_wgmma_desc(o_addr + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
+      FA_UNROLL
+      for (int kc = 0; kc < G_BM / 16; kc++)
+        g_wgmma_rs_t(dK, DA + 4 * kc, fa_wgmma_desc(q_addr + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
+      fa_wgmma_commit();
+      fa_wgmma_wait<0>();
+      FA_UNROLL
+      for (int x = 0; x < 64; x++) {
+        fa_reg_fence(dK[x]);
+        fa_reg_fence(dV[x]);
+      }
+    }
+    fa_syncwarp();
+    if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta of the stage are done */
+    if (!any) continue;                        /* the same for both consumers */
+    fa_named_bar_sync(G_BAR_DS, 256);
+    /* dQ[:, 64 cw + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
+     * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block cw,
+     * MN-major the same way */
+    float dQ[32];
+    const uint32_t s_addr = fa_smem_addr(sbuf);
+    fa_wgmma_fence();
+    FA_UNROLL
+    for (int kc = 0; kc < G_BN / 16; kc++)
+      g_wgmma_ss64_tt(dQ, fa_wgmma_desc(s_addr + (uint32_t)kc * 16 * 128, G_BN * 128, 1024),
+                      fa_wgmma_desc(k_addr + (uint32_t)cw * G_BN * 128 + (uint32_t)kc * 16 * 128,
+                                    G_BN * 128, 1024),
+                      kc > 0);
+    fa_wgmma_commit();
+    fa_wgmma_wait<0>();
+    FA_UNROLL
+    for (int x = 0; x < 32; x++) fa_reg_fence(dQ[x]);
+    FA_UNROLL
+    for (int i = 0; i < 2; i++) {
+      const int q = qa + 16 * wq + g + 8 * i;
+      if (q > qhi) continue;
+      float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * cw;
+      FA_UNROLL
+      for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
+    }
+  }
+
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int kr = kr0 + 8 * i;
+    if (kr >= nk) continue;
+    float *dk = (float *)p.dk.p + b * p.dk.sb + (K0 + kr) * p.dk.ss + hk * p.dk.sh;
+    float *dv = (float *)p.dv.p + b * p.dv.sb + (K0 + kr) * p.dv.ss + hk * p.dv.sh;
+    FA_UNROLL
+    for (int n = 0; n < DQK / 8; n++) {
+      dk[n * 8 + 2 * tg] += dK[4 * n + 2 * i];
+      dk[n * 8 + 2 * tg + 1] += dK[4 * n + 2 * i + 1];
+      dv[n * 8 + 2 * tg] += dV[4 * n + 2 * i];
+      dv[n * 8 + 2 * tg + 1] += dV[4 * n + 2 * i + 1];
+    }
+  }
+#endif
+}
+
+#ifndef FA_BWD90_HOST_DEFINED
+#define FA_BWD90_HOST_DEFINED
+/* A 4-d map (d, s, h, b) of a [B, S, H, 128] bf16/f16 view with 64 x box_rows boxes: 0 or
+ * FA_ERR_FALLBACK when TMA cannot describe it (strides must be positive multiples of 16
+ * bytes below 2^40; a stride of an extent-1 dimension is never used and is replaced).
+ * The forward's fa_sm90_tmap, restated for this body (each .cu includes one body). */
+static int g_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t S, int64_t H, int64_t B,
+                  int box_rows) {
+  const int64_t D = 128, ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
+  uint64_t strides[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
+    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
+    strides[i] = (uint64_t)bytes;
+  }
+#ifndef ATTN_CUDA_EMULATE
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+  if (!encode) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn)
+      return FA_ERR_FALLBACK;
+    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+  }
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint32_t box[4] = {G_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
+  const CUresult r = encode(m, FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
+#else
+  memset(m, 0, sizeof *m);
+  m->base = v.p;
+  m->rank = 4;
+  m->elem_bytes = 2;
+  m->swizzle_bytes = 128;
+  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
+  const uint32_t box[4] = {G_CB, (uint32_t)box_rows, 1, 1};
+  for (int i = 0; i < 4; i++) {
+    m->dims[i] = dims[i];
+    m->box[i] = box[i];
+    m->strides[i] = i ? strides[i - 1] : 2;
+  }
+  return 0;
+#endif
+}
+#endif
+
+extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
+  const attn_cuda_problem *pb = c->pb;
+  if (c->deterministic || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+#ifndef ATTN_CUDA_EMULATE
+  static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
+  if (have_image < 0) {
+    cudaFuncAttributes a;
+    have_image = cudaFuncGetAttributes(&a, FA_FN(flash_bwd_)) == cudaSuccess;
+    (void)cudaGetLastError();
+  }
+  if (!have_image) return FA_ERR_FALLBACK;
+#endif
+  fa_params p = fa_bwd_params(c);
+  fa_bwd90_maps maps;
+  if (g_tmap(&maps.q, pb->q, pb->sq, pb->Hq, pb->B, G_BM) ||
+      g_tmap(&maps.o, c->dout, pb->sq, pb->Hq, pb->B, G_BM) ||
+      g_tmap(&maps.k, pb->k, pb->skv, pb->Hkv, pb->B, G_BN) ||
+      g_tmap(&maps.v, pb->v, pb->skv, pb->Hkv, pb->B, G_BN))
+    return FA_ERR_FALLBACK;
+  const int64_t grid_k = (pb->skv + G_BN - 1) / G_BN;
+  p.ntiles = grid_k;
+  int e;
+  FA_LAUNCH_SMEM(e, FA_FN(flash_bwd_), dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
+                 dim3(G_THREADS), G_SMEM_BYTES, c->stream, p, maps);
+  return e;
+}

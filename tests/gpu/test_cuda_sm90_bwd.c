@@ -1,0 +1,318 @@
+/* test_cuda_sm90_bwd.c — the Hopper backward (bwd_sm90_body.cuh: TMA, wgmma, warp
+ * specialisation, dQ by atomics) vs the float64 oracle: dQ, dK, dV and d(sinks) on random
+ * inputs, around its 128-key CTAs and 64-row query steps (several of each, ragged ends),
+ * causal and not, Sq != Skv both ways, GQA / MQA, window, softcap, ALiBi, sinks, strided
+ * [B,H,S,D] views, empty rows, NaN/Inf in keys no query sees and +inf scores exactly
+ * where the mask must win. The float32 gradients
+ * live in padded views (8 extra floats a row, 3 extra rows a batch) whose padding is
+ * poisoned with NaN bits and must come back untouched. Each case checks the path it ran
+ * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
+ * masks must run mma.sync. bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
+ * Blocks of longer sequences (q_pos0 / k_pos0, which the oracle here does not model) are
+ * checked against the mma.sync backward instead.
+ * Exits 77 without a device; on a device that is not compute capability 9.0 every case
+ * runs mma.sync (and still has to pass). Built for the GPU and for the emulator. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_case.h"
+
+static uint64_t next_seed = 1000;
+static int E;        /* emulated: fewer, smaller cases */
+static int ran_sm90; /* cases the sm90 backward took */
+
+static void expect_ok(attn_status st, const char *what, const gc_case *c) {
+  if (st == ATTN_OK) return;
+  char desc[600];
+  gc_describe(c, desc, sizeof desc);
+  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
+}
+
+enum { PADC = 8, PADR = 3 }; /* padding of the gradient views: floats a row, rows a batch */
+
+/* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], poisoned with NaN bits, the
+ * real elements zeroed. */
+typedef struct {
+  float *dev;
+  int64_t S, H, D, n;
+  attn_cuda_view v;
+} pad_grad;
+
+static void pad_alloc(pad_grad *g, int64_t B, int64_t S, int64_t H, int64_t D) {
+  g->S = S, g->H = H, g->D = D;
+  g->v.ss = H * (D + PADC);
+  g->v.sh = D + PADC;
+  g->v.sb = (S + PADR) * g->v.ss;
+  g->n = B * g->v.sb;
+  g->dev = td_alloc((size_t)g->n * 4);
+  float *h = tu_alloc((size_t)g->n * 4);
+  memset(h, 0xFF, (size_t)g->n * 4);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t x = 0; x < H; x++) memset(h + b * g->v.sb + s * g->v.ss + x * g->v.sh, 0, (size_t)D * 4);
+  td_upload(g->dev, h, (size_t)g->n * 4);
+  free(h);
+  g->v.p = g->dev;
+}
+
+/* Gathers the real elements to out [B,S,H,D]; returns the padding words that changed. */
+static int64_t pad_gather(pad_grad *g, int64_t B, float *out) {
+  float *h = tu_alloc((size_t)g->n * 4);
+  td_download(h, g->dev, (size_t)g->n * 4);
+  int64_t changed = 0;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t s = 0; s < g->S + PADR; s++)
+      for (int64_t x = 0; x < g->H; x++)
+        for (int64_t d = 0; d < g->D + PADC; d++) {
+          const float *p = h + b * g->v.sb + s * g->v.ss + x * g->v.sh + d;
+          if (s < g->S && d < g->D) {
+            out[((b * g->S + s) * g->H + x) * g->D + d] = *p;
+          } else {
+            uint32_t u;
+            memcpy(&u, p, 4);
+            changed += u != 0xFFFFFFFFu;
+          }
+        }
+  free(h);
+  td_free(g->dev);
+  return changed;
+}
+
+/* The backward of P (after gc_fwd) into padded gradient views; out->dq, dk, dv, ds. */
+static attn_status run_bwd(gc_prob *P, gc_out *out, int deterministic, int64_t *changed) {
+  const int64_t nl = gc_n_lse(P);
+  pad_grad dq, dk, dv;
+  pad_alloc(&dq, P->B, P->Sq, P->Hq, P->D);
+  pad_alloc(&dk, P->B, P->Skv, P->Hkv, P->D);
+  pad_alloc(&dv, P->B, P->Skv, P->Hkv, P->Dv);
+  float *delta = td_alloc((size_t)nl * 4), *ds = td_alloc((size_t)P->Hq * 4 + 4);
+  td_memset(delta, 0xFF, (size_t)nl * 4);
+  td_memset(ds, 0, (size_t)P->Hq * 4 + 4);
+  attn_cuda_view o = gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv);
+  attn_cuda_view dout = gc_view(P, P->ddo, P->Sq, P->Hq, P->Dv);
+  attn_status st = attn_cuda_bwd_prepare(&P->pb, o, dout, P->d_lse, delta, P->sinks ? ds : NULL, NULL);
+  if (st == ATTN_OK)
+    st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq, dq.v, dk.v, dv.v, deterministic,
+                             P->d_ws, P->ws_bytes, NULL);
+  td_sync();
+  if (!out->dq) out->dq = tu_alloc((size_t)gc_n_q(P) * 4);
+  if (!out->dk) out->dk = tu_alloc((size_t)gc_n_k(P) * 4);
+  if (!out->dv) out->dv = tu_alloc((size_t)gc_n_v(P) * 4);
+  if (!out->ds) out->ds = tu_alloc((size_t)P->Hq * 4 + 4);
+  *changed = pad_gather(&dq, P->B, out->dq) + pad_gather(&dk, P->B, out->dk) + pad_gather(&dv, P->B, out->dv);
+  td_download(out->ds, ds, (size_t)P->Hq * 4);
+  td_free(delta);
+  td_free(ds);
+  return st;
+}
+
+/* PLANT_UNSEEN: NaN/Inf in every key no query sees; HOT: a key whose score is +inf
+ * (bf16 only) for exactly the queries that must not see it (as test_cuda_attn's run_hot). */
+enum { PLANT_UNSEEN = 1, EXPECT_EMPTY = 2, HOT = 4 };
+
+/* One case: forward, then the backward (deterministic or not) against the references. */
+static void run(gc_case c, int deterministic, int flags) {
+  c.seed = next_seed++;
+  gc_prob P;
+  gc_out out = {0};
+  gc_init(&P, &c);
+  char desc[600];
+  gc_describe(&c, desc, sizeof desc);
+  int64_t planted = 0, empties = 0;
+  for (int64_t i = 0; i < P.Sq; i++) {
+    int any = 0;
+    for (int64_t j = 0; j < P.Skv && !any; j++) any = P.vis[i * P.Skv + j];
+    empties += !any;
+  }
+  if (flags & PLANT_UNSEEN) {
+    for (int64_t j = 0; j < P.Skv; j++) {
+      int seen = 0;
+      for (int64_t i = 0; i < P.Sq && !seen; i++) seen = P.vis[i * P.Skv + j];
+      if (seen) continue;
+      planted++;
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hkv; h++) {
+          for (int64_t d = 0; d < P.D; d++) P.k[((b * P.Skv + j) * P.Hkv + h) * P.D + d] = (j & 1) ? NAN : INFINITY;
+          for (int64_t d = 0; d < P.Dv; d++) P.v[((b * P.Skv + j) * P.Hkv + h) * P.Dv + d] = (j & 1) ? -INFINITY : NAN;
+        }
+    }
+    gc_sync(&P);
+    TU_CHECK(planted > 0, "case %s has no unseen keys", c.name);
+  }
+  if (flags & HOT) {
+    const int64_t hot = P.Skv / 2;
+    int64_t masked = 0;
+    for (int64_t j = 0; j < P.Skv; j++)
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hkv; h++)
+          P.k[((b * P.Skv + j) * P.Hkv + h) * P.D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
+    for (int64_t i = 0; i < P.Sq; i++) {
+      masked += !P.vis[i * P.Skv + hot];
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hq; h++)
+          P.q[((b * P.Sq + i) * P.Hq + h) * P.D] = P.vis[i * P.Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+    }
+    gc_sync(&P);
+    TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);
+  }
+  TU_CHECK(!(flags & EXPECT_EMPTY) || empties > 0, "case %s has no empty rows", c.name);
+  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  int64_t changed = 0;
+  expect_ok(run_bwd(&P, &out, deterministic, &changed), "attn_cuda_bwd_block", &c);
+  const char *want = attn_cuda_bwd_path(&P.pb, deterministic), *got = attn_cuda_last_bwd_path();
+  TU_CHECK(!strcmp(want, got), "backward ran %s, expected %s: %s", got, want, desc);
+  ran_sm90 += !strcmp(got, "sm90");
+  TU_CHECK(changed == 0, "%lld padding words of dQ/dK/dV written: %s", (long long)changed, desc);
+  gc_check(&P, &out, 1, deterministic ? "sm90 bwd (deterministic: mma.sync)" : "sm90 bwd");
+  if (empties) { /* rows that see nothing: dQ exactly 0 */
+    int64_t bad = 0;
+    for (int64_t i = 0; i < P.Sq; i++) {
+      int any = 0;
+      for (int64_t j = 0; j < P.Skv && !any; j++) any = P.vis[i * P.Skv + j];
+      if (any) continue;
+      for (int64_t b = 0; b < P.B; b++)
+        for (int64_t h = 0; h < P.Hq; h++)
+          for (int64_t d = 0; d < P.D; d++) bad += out.dq[((b * P.Sq + i) * P.Hq + h) * P.D + d] != 0.0f;
+    }
+    TU_CHECK(bad == 0, "%lld nonzero dQ values in empty rows of %s", (long long)bad, desc);
+  }
+  gc_out_free(&out);
+  gc_free(&P);
+}
+
+/* max |a - b| over max |b| of n floats (NaN counts as 1). */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+  double m = 0.0, e = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs((double)a[i] - (double)b[i]);
+    e = d > e || isnan(d) ? (isnan(d) ? 1e30 : d) : e;
+    m = fabs((double)b[i]) > m ? fabs((double)b[i]) : m;
+  }
+  return m > 0.0 ? e / m : e;
+}
+
+/* A block of a longer sequence (q_pos0, k_pos0, seq_q, seq_kv: what the ring hands the
+ * kernels), which the oracle here does not model: the sm90 backward against the mma.sync
+ * one (non-deterministic, tested against the oracle elsewhere) on the same forward. An
+ * index or offset slip is an O(1) error; the two differ only by float32 order and the
+ * rare bf16/f16 rounding flip of P or dS. */
+static void run_offsets(gc_case c, int64_t q_pos0, int64_t k_pos0, int64_t seq_q, int64_t seq_kv) {
+  c.seed = next_seed++;
+  gc_prob P;
+  gc_out out = {0}, mma = {0};
+  gc_init(&P, &c);
+  P.pb.q_pos0 = q_pos0;
+  P.pb.k_pos0 = k_pos0;
+  P.pb.seq_q = seq_q;
+  P.pb.seq_kv = seq_kv;
+  char desc[600];
+  gc_describe(&c, desc, sizeof desc);
+  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  int64_t changed = 0, changed_mma = 0;
+  expect_ok(run_bwd(&P, &out, 0, &changed), "attn_cuda_bwd_block", &c);
+  const char *got = attn_cuda_last_bwd_path();
+  TU_CHECK(!strcmp(got, attn_cuda_bwd_path(&P.pb, 0)), "backward ran %s: %s", got, desc);
+  ran_sm90 += !strcmp(got, "sm90");
+  attn_cuda_set_hopper(0);
+  expect_ok(run_bwd(&P, &mma, 0, &changed_mma), "attn_cuda_bwd_block (mma.sync)", &c);
+  attn_cuda_set_hopper(1);
+  TU_CHECK(changed == 0 && changed_mma == 0, "padding words written: %s", desc);
+  const double eq = rel_diff(out.dq, mma.dq, gc_n_q(&P)), ek = rel_diff(out.dk, mma.dk, gc_n_k(&P)),
+               ev = rel_diff(out.dv, mma.dv, gc_n_v(&P));
+  const double tol = c.dtype == ATTN_BF16 ? 2e-2 : 4e-3;
+  TU_CHECK(eq <= tol && ek <= tol && ev <= tol,
+           "sm90 vs mma.sync backward at q_pos0=%lld k_pos0=%lld seq %lld/%lld: dQ %.2e dK %.2e "
+           "dV %.2e of max (tol %.0e): %s",
+           (long long)q_pos0, (long long)k_pos0, (long long)seq_q, (long long)seq_kv, eq, ek, ev,
+           tol, desc);
+  gc_out_free(&out);
+  gc_out_free(&mma);
+  gc_free(&P);
+}
+
+static void cases(void) {
+  /* around the tiles: 128-key CTAs, 64-row steps; Sq != Skv both ways; GQA / MQA */
+  static const int64_t sizes[][2] = {{1, 1},     {63, 65},   {64, 128},  {65, 129}, {130, 257},
+                                     {257, 130}, {200, 333}, {333, 200}, {1, 300},  {300, 1},
+                                     {1000, 1030}};
+  static const int64_t emu_sizes[][2] = {{1, 1}, {70, 150}, {150, 130}, {1, 140}, {130, 65}};
+  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  for (int i = 0; i < n; i++)
+    for (int causal = 0; causal < 2; causal++) {
+      gc_case c = {.name = "sm90 bwd shape", .B = 1 + (i & 1), .Sq = E ? emu_sizes[i][0] : sizes[i][0],
+                   .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = i == 1 ? 4 : 2,
+                   .Hkv = i == 1 ? 2 : 1, .D = 128, .causal = causal, .bhsd = i % 3 == 2,
+                   .dtype = ((i + causal) & 1) ? ATTN_F16 : ATTN_BF16};
+      run(c, 0, 0);
+    }
+  /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
+  for (int m = 0; m < 32; m += E ? 5 : 1) {
+    gc_case c = {.name = "sm90 bwd flags", .B = 1, .Sq = E ? 130 : 300, .Skv = E ? 150 : 280,
+                 .Hq = 4, .Hkv = (m & 16) ? 1 : 2, .D = 128, .causal = m & 1,
+                 .bhsd = (m >> 3) & 1, .dtype = (m >> 2) & 1 ? ATTN_F16 : ATTN_BF16};
+    if (m & 2) c.window = 1, c.wl = (m & 4) ? 20 : 70, c.wr = (m & 1) ? -1 : 33;
+    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+    c.sinks = (m >> 3) & 1;
+    c.alibi = (m >> 1) & 1;
+    run(c, 0, 0);
+  }
+  run((gc_case){.name = "sm90 bwd causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
+                .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, EXPECT_EMPTY);
+  run((gc_case){.name = "sm90 bwd window off the end", .B = 1, .Sq = E ? 150 : 300, .Skv = 100,
+                .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
+                .dtype = ATTN_F16}, 0, EXPECT_EMPTY);
+  run((gc_case){.name = "sm90 bwd narrow window", .B = 1, .Sq = E ? 70 : 150, .Skv = E ? 300 : 500,
+                .Hq = 2, .Hkv = 1, .D = 128, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
+                .dtype = ATTN_BF16}, 0, PLANT_UNSEEN);
+  run((gc_case){.name = "sm90 bwd causal unseen", .B = 2, .Sq = E ? 60 : 100, .Skv = E ? 200 : 400,
+                .Hq = 3, .Hkv = 1, .D = 128, .causal = 1, .window = 1, .wl = 40, .wr = -1,
+                .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, PLANT_UNSEEN);
+  run((gc_case){.name = "sm90 bwd hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
+                .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
+                .dtype = ATTN_BF16}, 0, HOT);
+  run((gc_case){.name = "sm90 bwd hot causal", .B = 1, .Sq = E ? 100 : 300, .Skv = E ? 140 : 300,
+                .Hq = 4, .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 0, HOT);
+  /* blocks of longer sequences: causal offset and window relative to positions */
+  run_offsets((gc_case){.name = "sm90 bwd positions causal", .B = 1, .Sq = 100, .Skv = 150, .Hq = 2,
+                        .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 130, 40, 400, 380);
+  run_offsets((gc_case){.name = "sm90 bwd positions window", .B = 2, .Sq = 70, .Skv = 200, .Hq = 2,
+                        .Hkv = 2, .D = 128, .window = 1, .wl = 50, .wr = 20, .alibi = 1,
+                        .dtype = ATTN_F16}, 64, 0, 300, 300);
+  /* routed to mma.sync: deterministic dQ, varlen, block masks */
+  run((gc_case){.name = "sm90 bwd -> mma deterministic", .B = 1, .Sq = 70, .Skv = 140, .Hq = 2,
+                .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16}, 1, 0);
+  static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
+  run((gc_case){.name = "sm90 bwd -> mma varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3, .lq = lq,
+                .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
+  run((gc_case){.name = "sm90 bwd -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2,
+                .Hkv = 1, .D = 128, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
+  if (!E) {
+    run((gc_case){.name = "sm90 bwd big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
+                  .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, 0);
+    run((gc_case){.name = "sm90 bwd big", .B = 1, .Sq = 1500, .Skv = 2100, .Hq = 8, .Hkv = 1,
+                  .D = 128, .window = 1, .wl = 300, .wr = 100, .dtype = ATTN_F16}, 0, 0);
+  }
+}
+
+int main(void) {
+  if (!td_available()) {
+    printf("test_cuda_sm90_bwd: no CUDA device, skipped\n");
+    return 77;
+  }
+  /* ATTN_EMU_FULL=1 runs the GPU's full case list on the emulator too (slow). */
+  E = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
+  const char *dims = attn_cuda_head_dims();
+  printf("test_cuda_sm90_bwd on %s; head dims built: %s\n", td_name(), dims);
+  if (!strstr(dims, "128")) {
+    printf("test_cuda_sm90_bwd: head dim 128 not built, skipped\n");
+    return 77;
+  }
+  attn_cuda_set_hopper(1);
+  cases();
+  attn_cuda_set_hopper(-1);
+  printf("test_cuda_sm90_bwd: %d cases ran the sm90 backward\n", ran_sm90);
+  /* the emulator models compute capability 9.0: every case that may take sm90 must */
+  TU_CHECK(!td_emulated() || ran_sm90 >= 10, "only %d cases ran the sm90 backward", ran_sm90);
+  return tu_finish("test_cuda_sm90_bwd");
+}
