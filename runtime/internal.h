@@ -105,6 +105,10 @@ typedef struct {
    * uses it is ordered before any later use. attn_bwd's delta lives here, so a call
    * neither allocates nor frees (cudaFree would wait for the device). */
   attn_status (*scratch)(attn_ctx_t ctx, int64_t n, float **out);
+  /* Completes ctx->stats of the last fwd / fwd_block / bwd_block call where the backend
+   * counts them later than the call (NULL: ctx->stats is complete when the call returns).
+   * Read ctx->stats through attn__ctx_stats, which calls it. */
+  attn_status (*stats)(attn_ctx_t ctx);
   /* ---- data movement for the ring and the layer, on this backend's memory ----------- */
   /* Over [B, S, H, D] strided views (attn__view in elements of the named dtype; .p is
    * cast): COPY dst = src (dtypes may differ: float32 <-> bf16/f16 converts, rounding to
@@ -135,6 +139,10 @@ struct attn_ctx_s {
   void *backend_data;
   attn_stats stats;
 };
+
+/* ctx->stats of the last attention call, completed by the backend where it defers them
+ * (runtime/context.c). */
+attn_status attn__ctx_stats(attn_ctx_t ctx, attn_stats *out);
 
 /* Backends (filled in their own folders). */
 attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops);

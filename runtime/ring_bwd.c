@@ -142,10 +142,12 @@ static attn_status grad_block(bwd_run *run, const bwd_io *io, const ring_kv *kv,
       attn_block_pos pos = {row0, qv.lo, vis.lo, pl->seq_q, pl->seq_kv};
       ATTN_CHECK(attn_bwd_block(pl->ctx, pl->spec, &qt, &kt, &vt, &dot, io->lse, run->delta,
                                 qs->rows, &dqt, &dkt, &dvt, &pos));
-      run->stats.flops_computed += pl->ctx->stats.flops_computed;
-      run->stats.tiles_computed += pl->ctx->stats.tiles_computed;
-      run->stats.tiles_skipped += pl->ctx->stats.tiles_skipped;
-      if (pl->ctx->stats.tiles_computed > 0) *computed = 1;
+      attn_stats st;
+      ATTN_CHECK(attn__ctx_stats(pl->ctx, &st));
+      run->stats.flops_computed += st.flops_computed;
+      run->stats.tiles_computed += st.tiles_computed;
+      run->stats.tiles_skipped += st.tiles_skipped;
+      if (st.tiles_computed > 0) *computed = 1;
     }
   }
   return ATTN_OK;
