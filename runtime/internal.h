@@ -133,11 +133,21 @@ typedef struct {
   void (*release)(void *backend_data);
 } attn__backend_ops;
 
+/* Host copies of a spec's device arrays that a runtime caller holds anyway (the ring's
+ * plan), so that a device backend counts attn_stats from them instead of copying the
+ * arrays back (kernels/cuda/backend.c). A copy is used only for the device pointer named
+ * next to it. */
+typedef struct {
+  const int32_t *cu_q_dev, *cu_kv_dev, *cu_q, *cu_kv; /* [num_seqs + 1], or NULL */
+  const uint8_t *mask_dev, *mask;                    /* block mask, or NULL */
+} attn__spec_host;
+
 struct attn_ctx_s {
   attn_ctx_config cfg;
   const attn__backend_ops *ops;
   void *backend_data;
   attn_stats stats;
+  const attn__spec_host *spec_host; /* set for the duration of such a caller's calls */
 };
 
 /* ctx->stats of the last attention call, completed by the backend where it defers them

@@ -180,7 +180,9 @@ attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
     return st;
   }
   attn_status work = ATTN_OK;
+  run.pl.ctx->spec_host = &run.pl.spec_host;
   st = fwd_steps(&run, grp, q, k, v, &work);
+  run.pl.ctx->spec_host = NULL;
   if (st == ATTN_OK) {
     if (work == ATTN_OK) work = attn_state_finalize(run.pl.ctx, spec, &run.st, o, lse);
     if (work == ATTN_OK) work = attn__ring_times(&run.pl, &run.clock, grp, run.pl.P);

@@ -278,7 +278,9 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dv);
   if (work == ATTN_OK) work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
   bwd_io io = {q, dout, lse, dq};
+  run.pl.ctx->spec_host = &run.pl.spec_host;
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
+  run.pl.ctx->spec_host = NULL;
   if (st == ATTN_OK) {
     pl->ctx->stats = run.stats;
     if (work == ATTN_OK) work = attn__ring_times(pl, &run.clock, grp, pl->P + 1);

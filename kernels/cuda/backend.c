@@ -24,11 +24,13 @@ typedef struct {
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
   cublasHandle_t blas; /* created by the first gemm, bound to stream */
   /* attn_stats of the last call, counted on the host (tiles.c). Varlen offsets and block
-   * masks live in device memory: for those calls they are copied into pinned host memory
-   * on the stream, ahead of the kernels, and counted when the stats are read (cu_stats),
-   * so that no call waits for the device. */
+   * masks live in device memory: the caller's host copies are used where it has them
+   * (ctx->spec_host: the ring), else they are copied into pinned host memory on the
+   * stream, ahead of the kernels, and counted when the stats are read (cu_stats), so that
+   * no call waits for the device. */
   struct {
-    int pending;         /* a count waits for the copies */
+    int pending; /* 1: a count waits for the copies (-1: queued, the launch not yet done) */
+    attn_cuda_problem now; /* with host arrays: counted after the launch (pending == 0) */
     attn_cuda_problem p; /* its geometry (device array pointers replaced when counted) */
     int backward;
     void *host; /* pinned: cu_seqlens_q, cu_seqlens_kv [num_seqs + 1] int32, mask bytes */
@@ -88,12 +90,28 @@ static attn_status stage(cuda_backend *be, void *dst, const void *src, size_t by
   return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "stats: cudaMemcpyAsync of the spec arrays");
 }
 
-/* Before the launch: the stats of p's call, now when the geometry is all on the host, else
- * (varlen, block mask) its device arrays are queued for copying and the count waits. */
+/* p with the host copies of its device arrays that ctx->spec_host holds; 0 when it holds
+ * none of one that p needs. */
+static int host_arrays(attn_ctx_t ctx, const attn_cuda_problem *p, attn_cuda_problem *out) {
+  const attn__spec_host *h = ctx->spec_host;
+  *out = *p;
+  if (!p->num_seqs && !p->block_mask) return 1;
+  if (!h || (p->num_seqs && (!h->cu_q || h->cu_q_dev != p->cu_seqlens_q ||
+                             h->cu_kv_dev != p->cu_seqlens_kv)))
+    return 0;
+  if (p->block_mask && (!h->mask || h->mask_dev != p->block_mask)) return 0;
+  if (p->num_seqs) out->cu_seqlens_q = h->cu_q, out->cu_seqlens_kv = h->cu_kv;
+  if (p->block_mask) out->block_mask = h->mask;
+  return 1;
+}
+
+/* Before the launch: the stats of p's call are counted after it when the geometry is on the
+ * host; else (varlen, block mask) its device arrays are queued for copying and the count
+ * waits for them. */
 static attn_status stats_begin(attn_ctx_t ctx, const attn_cuda_problem *p, int backward) {
   cuda_backend *be = ctx->backend_data;
   be->st.pending = 0;
-  if (!p->num_seqs && !p->block_mask) return ATTN_OK; /* counted in stats_end */
+  if (host_arrays(ctx, p, &be->st.now)) return ATTN_OK; /* counted in stats_end */
   const size_t ncu = p->num_seqs ? (size_t)(p->num_seqs + 1) * sizeof(int32_t) : 0;
   const size_t nbm = p->block_mask ? (size_t)(p->num_q_blocks * p->num_k_blocks) : 0;
   cudaError_t e = cudaSuccess;
@@ -120,20 +138,21 @@ static attn_status stats_begin(attn_ctx_t ctx, const attn_cuda_problem *p, int b
     return cuda_fail(e, "stats: cudaEventRecord");
   be->st.p = *p;
   be->st.backward = backward;
+  be->st.pending = -1; /* armed: stats_end makes it pending */
   return ATTN_OK;
 }
 
 /* After a successful launch. sm90: the forward ran the Hopper kernel (never with varlen or
  * block masks, so a deferred count is of the mma.sync or float32 kernels). */
-static void stats_end(attn_ctx_t ctx, const attn_cuda_problem *p, int backward, int sm90) {
+static void stats_end(attn_ctx_t ctx, int backward, int sm90) {
   cuda_backend *be = ctx->backend_data;
-  if (!p->num_seqs && !p->block_mask) attn_cuda_count_tiles(p, backward, sm90, &ctx->stats);
-  else be->st.pending = 1;
+  if (be->st.pending) be->st.pending = 1;
+  else attn_cuda_count_tiles(&be->st.now, backward, sm90, &ctx->stats);
 }
 
 static attn_status cu_stats(attn_ctx_t ctx) {
   cuda_backend *be = ctx->backend_data;
-  if (!be->st.pending) return ATTN_OK;
+  if (be->st.pending != 1) return ATTN_OK;
   be->st.pending = 0;
   cudaError_t e = cudaEventSynchronize(be->st.copied); /* the copies, not the kernels */
   if (e != cudaSuccess) return cuda_fail(e, "stats: cudaEventSynchronize");
@@ -155,7 +174,7 @@ static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o,
   ATTN_CHECK(workspace(ctx, &p));
   ATTN_CHECK(stats_begin(ctx, &p, 0));
   ATTN_CHECK(attn_cuda_fwd(&p, view_of(o), lse, lse_rows, be->ws, be->ws_bytes, be->stream));
-  stats_end(ctx, &p, 0, !strcmp(attn_cuda_last_fwd_path(), "sm90"));
+  stats_end(ctx, 0, !strcmp(attn_cuda_last_fwd_path(), "sm90"));
   return ATTN_OK;
 }
 
@@ -166,7 +185,7 @@ static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_st
   ATTN_CHECK(workspace(ctx, &p));
   ATTN_CHECK(stats_begin(ctx, &p, 0));
   ATTN_CHECK(attn_cuda_fwd_block(&p, st, be->ws, be->ws_bytes, be->stream));
-  stats_end(ctx, &p, 0, 0);
+  stats_end(ctx, 0, 0);
   return ATTN_OK;
 }
 
@@ -206,7 +225,7 @@ static attn_status cu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK(attn_cuda_bwd_block(&p, view_of(dout), lse, delta, lse_rows, view_of(dq),
                                  view_of(dk), view_of(dv), be->deterministic, be->ws,
                                  be->ws_bytes, be->stream));
-  stats_end(ctx, &p, 1, 0);
+  stats_end(ctx, 1, 0);
   return ATTN_OK;
 }
 

@@ -90,7 +90,8 @@ static void key_rows(const counter *c, const seg *s, int64_t j, int64_t *lo, int
 static int bm_any(const counter *c, const seg *s, int64_t ra, int64_t rb, int64_t ka, int64_t kb) {
   const attn_cuda_problem *p = c->p;
   if (!p->block_mask) return 1;
-  const int64_t k0 = (ka + s->kpos0) / p->block_k, k1 = min64((kb + s->kpos0) / p->block_k, p->num_k_blocks - 1);
+  const int64_t k0 = (ka + s->kpos0) / p->block_k;
+  const int64_t k1 = min64((kb + s->kpos0) / p->block_k, p->num_k_blocks - 1);
   const int64_t q1 = min64((rb + s->qpos0) / p->block_q, p->num_q_blocks - 1);
   for (int64_t q = (ra + s->qpos0) / p->block_q; q <= q1; q++)
     for (int64_t k = k0; k <= k1; k++)

@@ -137,8 +137,10 @@ static void bf_local(const bf_geo *g, int s, int64_t *r0, int64_t *r1, int64_t *
   int64_t qa, qb, ka, kb;
   bf_seq(g, s, &qa, &qb, &ka, &kb);
   const stats_case *c = g->c;
-  *r0 = qa - c->q_pos0 > 0 ? qa - c->q_pos0 : 0, *r1 = qb - c->q_pos0 < c->sq ? qb - c->q_pos0 : c->sq;
-  *c0 = ka - c->k_pos0 > 0 ? ka - c->k_pos0 : 0, *c1 = kb - c->k_pos0 < c->skv ? kb - c->k_pos0 : c->skv;
+  *r0 = qa - c->q_pos0 > 0 ? qa - c->q_pos0 : 0;
+  *r1 = qb - c->q_pos0 < c->sq ? qb - c->q_pos0 : c->sq;
+  *c0 = ka - c->k_pos0 > 0 ? ka - c->k_pos0 : 0;
+  *c1 = kb - c->k_pos0 < c->skv ? kb - c->k_pos0 : c->skv;
 }
 
 static int64_t fdiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -228,7 +230,8 @@ static void *dev_fill(size_t bytes, const void *host) {
  * against bf_count. */
 static void stats_case_run(attn_ctx_t ctx, const stats_case *c) {
   bf_geo g = {c, {0}, {0}, NULL, 0, 0};
-  for (int s = 0; s < c->nseq; s++) g.cq[s + 1] = g.cq[s] + c->lq[s], g.ck[s + 1] = g.ck[s] + c->lk[s];
+  for (int s = 0; s < c->nseq; s++)
+    g.cq[s + 1] = g.cq[s] + c->lq[s], g.ck[s + 1] = g.ck[s] + c->lk[s];
   const int64_t seq_q = c->nseq ? g.cq[c->nseq] : c->seq_q ? c->seq_q : c->sq;
   const int64_t seq_kv = c->nseq ? g.ck[c->nseq] : c->seq_kv ? c->seq_kv : c->skv;
   uint8_t *bm = NULL;
@@ -237,7 +240,8 @@ static void stats_case_run(attn_ctx_t ctx, const stats_case *c) {
     g.nqb = (seq_q + c->bq - 1) / c->bq, g.nkb = (seq_kv + c->bk - 1) / c->bk;
     bm = malloc((size_t)(g.nqb * g.nkb));
     unsigned x = c->seed;
-    for (int64_t i = 0; i < g.nqb * g.nkb; i++) x = x * 1664525u + 1013904223u, bm[i] = (int)(x >> 28) < c->dens;
+    for (int64_t i = 0; i < g.nqb * g.nkb; i++)
+      x = x * 1664525u + 1013904223u, bm[i] = (int)(x >> 28) < c->dens;
     g.bm = bm;
     mask = (attn_block_mask){c->bq, c->bk, g.nqb, g.nkb, dev_fill((size_t)(g.nqb * g.nkb), bm)};
   }
@@ -255,10 +259,13 @@ static void stats_case_run(attn_ctx_t ctx, const stats_case *c) {
   const size_t nk = (size_t)c->B * c->skv * c->Hkv * c->D;
   void *q = dev_fill(nq * es, NULL), *k = dev_fill(nk * es, NULL), *v = dev_fill(nk * es, NULL);
   void *o = dev_fill(nq * es, NULL), *dout = dev_fill(nq * es, NULL);
-  float *lse = dev_fill((size_t)c->B * c->Hq * c->sq * 4, NULL), *delta = dev_fill((size_t)c->B * c->Hq * c->sq * 4, NULL);
+  const size_t nrow = (size_t)c->B * c->Hq * c->sq * 4; /* bytes of [B, Hq, sq] float32 */
+  float *lse = dev_fill(nrow, NULL), *delta = dev_fill(nrow, NULL);
   float *dq = dev_fill(nq * 4, NULL), *dk = dev_fill(nk * 4, NULL), *dv = dev_fill(nk * 4, NULL);
-  attn_tensor tq = dev_tensor(q, dt, c->B, c->sq, c->Hq, c->D), tk = dev_tensor(k, dt, c->B, c->skv, c->Hkv, c->D);
-  attn_tensor tv = dev_tensor(v, dt, c->B, c->skv, c->Hkv, c->D), to = dev_tensor(o, dt, c->B, c->sq, c->Hq, c->D);
+  attn_tensor tq = dev_tensor(q, dt, c->B, c->sq, c->Hq, c->D);
+  attn_tensor tk = dev_tensor(k, dt, c->B, c->skv, c->Hkv, c->D);
+  attn_tensor tv = dev_tensor(v, dt, c->B, c->skv, c->Hkv, c->D);
+  attn_tensor to = dev_tensor(o, dt, c->B, c->sq, c->Hq, c->D);
   attn_tensor tdo = dev_tensor(dout, dt, c->B, c->sq, c->Hq, c->D);
   attn_tensor tdq = dev_tensor(dq, ATTN_F32, c->B, c->sq, c->Hq, c->D);
   attn_tensor tdk = dev_tensor(dk, ATTN_F32, c->B, c->skv, c->Hkv, c->D);
@@ -269,7 +276,7 @@ static void stats_case_run(attn_ctx_t ctx, const stats_case *c) {
   if (!c->backward && !block) {
     st = attn_fwd(ctx, &sp, &tq, &tk, &tv, &to, lse);
   } else if (!c->backward) {
-    float *m = dev_fill((size_t)c->B * c->Hq * c->sq * 4, NULL), *l = dev_fill((size_t)c->B * c->Hq * c->sq * 4, NULL);
+    float *m = dev_fill(nrow, NULL), *l = dev_fill(nrow, NULL);
     attn_state state = {m, l, dq, c->B, c->Hq, c->sq, c->D}; /* dq: room for acc [B,Hq,sq,D] */
     st = attn_state_init(ctx, &state);
     if (st == ATTN_OK) st = attn_fwd_block(ctx, &sp, &state, &tq, &tk, &tv, &pos);
