@@ -92,7 +92,7 @@ if(ATTN_CUDA_ENABLED)
 
   add_library(attnrun_cuda_kernels STATIC
     ${ATTN_CUDA_INSTANCES} ${ATTN_CUDA_DIR}/state.cu ${ATTN_CUDA_DIR}/ops.cu
-    ${ATTN_CUDA_DIR}/dispatch.c)
+    ${ATTN_CUDA_DIR}/dispatch.c ${ATTN_CUDA_DIR}/tiles.c)
   # Directory-wide flags meant for the C compiler (-Wall, -Werror, -fsanitize=...) reach
   # this target too, and nvcc rejects them: keep them to its C sources.
   get_target_property(attn_inherited attnrun_cuda_kernels COMPILE_OPTIONS)

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One exchange in flight on the comm stream; done is recorded after its group. */
+/* One exchange in flight on the comm stream; done is recorded after its group. Requests
+ * and their events are the transport's: made when none is spare, kept on the spare list
+ * once exchange_wait has waited for done (host and compute stream), recorded again by a
+ * later exchange, destroyed with the communicator. */
 struct attn__comm_req {
   attn__comm_req *next;
   int to, from;
@@ -25,7 +28,9 @@ typedef struct {
   cudaStream_t compute; /* the caller's stream */
   cudaStream_t cs;      /* our comm stream */
   cudaEvent_t ready;    /* recorded on compute before each operation */
+  cudaEvent_t coll;     /* recorded on cs after each collective, waited for in it */
   attn__comm_req *pending;
+  attn__comm_req *spare; /* waited-for requests, their events free to record again */
   int64_t nallreduce;   /* allreduce calls so far: the fault-injection step */
   attn_status dead_status;
   char why[512];
@@ -153,21 +158,18 @@ static attn_status stream_enter(attn__comm *c, const char *what) {
   return e == cudaSuccess ? ATTN_OK : cuda_fail(c, e, what);
 }
 
-/* Records done on the comm stream, waits for it with the watchdog, and orders the
- * compute stream after it. */
+/* Records m->coll on the comm stream, waits for it with the watchdog, and orders the
+ * compute stream after it. The next collective records it again only after this wait
+ * (a failed one leaves the communicator dead: no next one). */
 static attn_status coll_finish(attn__comm *c, const char *what) {
   nccl_impl *m = impl_of(c);
-  cudaEvent_t done;
-  cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  if (e != cudaSuccess) return cuda_fail(c, e, what);
-  e = cudaEventRecord(done, m->cs);
+  cudaError_t e = cudaEventRecord(m->coll, m->cs);
   attn_status st = e == cudaSuccess ? ATTN_OK : cuda_fail(c, e, what);
   char who[64];
   snprintf(who, sizeof who, "some of the %d ranks did not join", c->size);
-  if (st == ATTN_OK) st = event_wait(c, done, what, who);
-  if (st == ATTN_OK && (e = cudaStreamWaitEvent(m->compute, done, 0)) != cudaSuccess)
+  if (st == ATTN_OK) st = event_wait(c, m->coll, what, who);
+  if (st == ATTN_OK && (e = cudaStreamWaitEvent(m->compute, m->coll, 0)) != cudaSuccess)
     st = cuda_fail(c, e, what);
-  cudaEventDestroy(done);
   return st;
 }
 
@@ -237,6 +239,41 @@ static void pending_unlink(nccl_impl *m, attn__comm_req *q) {
     }
 }
 
+/* A spare request, or a new one with its event. */
+static attn_status req_get(attn__comm *c, attn__comm_req **out) {
+  nccl_impl *m = impl_of(c);
+  attn__comm_req *q = m->spare;
+  if (q) {
+    m->spare = q->next;
+  } else {
+    q = calloc(1, sizeof *q);
+    if (!q) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "exchange: request allocation failed");
+    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      free(q);
+      return cuda_fail(c, e, "exchange: cudaEventCreate");
+    }
+  }
+  q->next = NULL;
+  *out = q;
+  return ATTN_OK;
+}
+
+/* q's event has been waited for (or the communicator is dead, and records nothing more). */
+static void req_put(nccl_impl *m, attn__comm_req *q) {
+  q->next = m->spare;
+  m->spare = q;
+}
+
+static void req_list_free(attn__comm_req *q) {
+  while (q) {
+    attn__comm_req *n = q->next;
+    cudaEventDestroy(q->done);
+    free(q);
+    q = n;
+  }
+}
+
 static attn_status nccl_exchange_start(attn__comm *c, const void *sbuf, int64_t sbytes, int to,
                                        void *rbuf, int64_t rbytes, int from,
                                        attn__comm_req **req) {
@@ -250,13 +287,11 @@ static attn_status nccl_exchange_start(attn__comm *c, const void *sbuf, int64_t 
                       to, from, sbuf, (long long)sbytes, rbuf, (long long)rbytes, (void *)req,
                       c->size);
   nccl_impl *m = impl_of(c);
-  attn__comm_req *q = calloc(1, sizeof *q);
-  if (!q) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "exchange: request allocation failed");
-  *q = (attn__comm_req){NULL, to, from, sbytes, rbytes, NULL};
+  attn__comm_req *q = NULL;
+  ATTN_CHECK(req_get(c, &q));
+  q->to = to, q->from = from, q->sbytes = sbytes, q->rbytes = rbytes;
   attn_status st = stream_enter(c, "exchange");
   cudaError_t e = cudaSuccess;
-  if (st == ATTN_OK && (e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming)))
-    st = cuda_fail(c, e, "exchange: cudaEventCreate");
   if (st == ATTN_OK) {
     ncclResult_t r = ncclGroupStart();
     if (to >= 0 && (r == ncclSuccess || r == ncclInProgress))
@@ -269,9 +304,8 @@ static attn_status nccl_exchange_start(attn__comm *c, const void *sbuf, int64_t 
   }
   if (st == ATTN_OK && (e = cudaEventRecord(q->done, m->cs)) != cudaSuccess)
     st = cuda_fail(c, e, "exchange: cudaEventRecord");
-  if (st != ATTN_OK) {
-    if (q->done) cudaEventDestroy(q->done);
-    free(q);
+  if (st != ATTN_OK) { /* the failure left the communicator dead: the event stays spare */
+    req_put(m, q);
     return st;
   }
   q->next = m->pending;
@@ -302,8 +336,7 @@ static attn_status nccl_exchange_wait(attn__comm *c, attn__comm_req *q) {
     if (st == ATTN_OK && (e = cudaStreamWaitEvent(m->compute, q->done, 0)) != cudaSuccess)
       st = cuda_fail(c, e, "exchange: cudaStreamWaitEvent");
   }
-  cudaEventDestroy(q->done);
-  free(q);
+  req_put(m, q); /* waited for, or the communicator is dead */
   return st;
 }
 
@@ -331,13 +364,11 @@ static attn_status nccl_destroy(attn__comm *c) {
     }
   }
   kill_comm(m);
-  while (m->pending) {
-    attn__comm_req *q = m->pending;
-    m->pending = q->next;
-    cudaEventDestroy(q->done);
-    free(q);
-  }
+  req_list_free(m->pending); /* never waited for: their events may still be recorded */
+  req_list_free(m->spare);
+  m->pending = m->spare = NULL;
   if (m->ready) cudaEventDestroy(m->ready);
+  if (m->coll) cudaEventDestroy(m->coll);
   if (m->cs) cudaStreamDestroy(m->cs);
   if (m->own_mpi && m->mpi) m->mpi->ops->destroy(m->mpi);
   free(c->world_ranks);
@@ -372,6 +403,7 @@ static attn_status wrap(attn__comm *mpi, int own_mpi, int device, cudaStream_t c
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&m->cs, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&m->coll, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     attn_status st = cuda_fail(c, e, "NCCL communicator: stream/event creation");
     nccl_destroy(c);

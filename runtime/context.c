@@ -67,11 +67,16 @@ const char *attn_ctx_backend_name(attn_ctx_t ctx) {
   return ctx && ctx->ops ? ctx->ops->name : "none";
 }
 
+attn_status attn__ctx_stats(attn_ctx_t ctx, attn_stats *out) {
+  if (ctx->ops && ctx->ops->stats) ATTN_CHECK(ctx->ops->stats(ctx));
+  *out = ctx->stats;
+  return ATTN_OK;
+}
+
 attn_status attn_ctx_last_stats(attn_ctx_t ctx, attn_stats *out) {
   if (!ctx) return attn__fail(ATTN_ERR_INVALID_ARG, "ctx is NULL");
   if (!out) return attn__fail(ATTN_ERR_INVALID_ARG, "out (attn_stats *) is NULL");
-  *out = ctx->stats;
-  return ATTN_OK;
+  return attn__ctx_stats(ctx, out);
 }
 
 attn_device attn_ctx_device(attn_ctx_t ctx) {

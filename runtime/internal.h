@@ -105,6 +105,10 @@ typedef struct {
    * uses it is ordered before any later use. attn_bwd's delta lives here, so a call
    * neither allocates nor frees (cudaFree would wait for the device). */
   attn_status (*scratch)(attn_ctx_t ctx, int64_t n, float **out);
+  /* Completes ctx->stats of the last fwd / fwd_block / bwd_block call where the backend
+   * counts them later than the call (NULL: ctx->stats is complete when the call returns).
+   * Read ctx->stats through attn__ctx_stats, which calls it. */
+  attn_status (*stats)(attn_ctx_t ctx);
   /* ---- data movement for the ring and the layer, on this backend's memory ----------- */
   /* Over [B, S, H, D] strided views (attn__view in elements of the named dtype; .p is
    * cast): COPY dst = src (dtypes may differ: float32 <-> bf16/f16 converts, rounding to
@@ -129,12 +133,26 @@ typedef struct {
   void (*release)(void *backend_data);
 } attn__backend_ops;
 
+/* Host copies of a spec's device arrays that a runtime caller holds anyway (the ring's
+ * plan), so that a device backend counts attn_stats from them instead of copying the
+ * arrays back (kernels/cuda/backend.c). A copy is used only for the device pointer named
+ * next to it. */
+typedef struct {
+  const int32_t *cu_q_dev, *cu_kv_dev, *cu_q, *cu_kv; /* [num_seqs + 1], or NULL */
+  const uint8_t *mask_dev, *mask;                    /* block mask, or NULL */
+} attn__spec_host;
+
 struct attn_ctx_s {
   attn_ctx_config cfg;
   const attn__backend_ops *ops;
   void *backend_data;
   attn_stats stats;
+  const attn__spec_host *spec_host; /* set for the duration of such a caller's calls */
 };
+
+/* ctx->stats of the last attention call, completed by the backend where it defers them
+ * (runtime/context.c). */
+attn_status attn__ctx_stats(attn_ctx_t ctx, attn_stats *out);
 
 /* Backends (filled in their own folders). */
 attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops);

@@ -79,10 +79,15 @@ static attn_status fwd_alloc(fwd_run *run) {
   return attn_state_init(pl->ctx, &run->st);
 }
 
-static void add_stats(attn_stats *sum, attn_ctx_t ctx) {
-  sum->flops_computed += ctx->stats.flops_computed;
-  sum->tiles_computed += ctx->stats.tiles_computed;
-  sum->tiles_skipped += ctx->stats.tiles_skipped;
+/* Adds the last call's stats to sum; *computed: a tile ran. */
+static attn_status add_stats(attn_stats *sum, attn_ctx_t ctx, int *computed) {
+  attn_stats s;
+  ATTN_CHECK(attn__ctx_stats(ctx, &s));
+  sum->flops_computed += s.flops_computed;
+  sum->tiles_computed += s.tiles_computed;
+  sum->tiles_skipped += s.tiles_skipped;
+  if (s.tiles_computed > 0) *computed = 1;
+  return ATTN_OK;
 }
 
 /* Folds block y (view kv) into the state: one call per (query run, key run) pair that
@@ -111,8 +116,7 @@ static attn_status fold_block(fwd_run *run, const attn_tensor *q, const ring_kv 
       attn_tensor qt = attn__ring_rows_of(q, row0, ring_span_len(qv));
       attn_block_pos pos = {row0, qv.lo, vis.lo, pl->seq_q, pl->seq_kv};
       ATTN_CHECK(attn_fwd_block(pl->ctx, pl->spec, &run->st, &qt, &kt, &vt, &pos));
-      add_stats(&run->stats, pl->ctx);
-      if (pl->ctx->stats.tiles_computed > 0) *computed = 1;
+      ATTN_CHECK(add_stats(&run->stats, pl->ctx, computed));
     }
   }
   return ATTN_OK;
@@ -176,7 +180,9 @@ attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
     return st;
   }
   attn_status work = ATTN_OK;
+  run.pl.ctx->spec_host = &run.pl.spec_host;
   st = fwd_steps(&run, grp, q, k, v, &work);
+  run.pl.ctx->spec_host = NULL;
   if (st == ATTN_OK) {
     if (work == ATTN_OK) work = attn_state_finalize(run.pl.ctx, spec, &run.st, o, lse);
     if (work == ATTN_OK) work = attn__ring_times(&run.pl, &run.clock, grp, run.pl.P);

@@ -36,6 +36,8 @@ typedef struct {
   int32_t nseq;             /* varlen sequences (0: one sequence of seq_q x seq_kv) */
   const int32_t *cq, *ck;   /* [nseq + 1] host memory (host copies on a device context) */
   int32_t *cu_host;         /* [2 * (nseq + 1)] those copies, or NULL */
+  uint8_t *mask_host;       /* a device context's block mask, copied (for attn_stats) */
+  attn__spec_host spec_host; /* those copies, handed to the context for the steps */
 } ring_plan;
 
 /* Validates the spec, q, k, v, the layout and every rank's shard sizes, and fills pl.

@@ -142,10 +142,12 @@ static attn_status grad_block(bwd_run *run, const bwd_io *io, const ring_kv *kv,
       attn_block_pos pos = {row0, qv.lo, vis.lo, pl->seq_q, pl->seq_kv};
       ATTN_CHECK(attn_bwd_block(pl->ctx, pl->spec, &qt, &kt, &vt, &dot, io->lse, run->delta,
                                 qs->rows, &dqt, &dkt, &dvt, &pos));
-      run->stats.flops_computed += pl->ctx->stats.flops_computed;
-      run->stats.tiles_computed += pl->ctx->stats.tiles_computed;
-      run->stats.tiles_skipped += pl->ctx->stats.tiles_skipped;
-      if (pl->ctx->stats.tiles_computed > 0) *computed = 1;
+      attn_stats st;
+      ATTN_CHECK(attn__ctx_stats(pl->ctx, &st));
+      run->stats.flops_computed += st.flops_computed;
+      run->stats.tiles_computed += st.tiles_computed;
+      run->stats.tiles_skipped += st.tiles_skipped;
+      if (st.tiles_computed > 0) *computed = 1;
     }
   }
   return ATTN_OK;
@@ -276,7 +278,9 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dv);
   if (work == ATTN_OK) work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
   bwd_io io = {q, dout, lse, dq};
+  run.pl.ctx->spec_host = &run.pl.spec_host;
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
+  run.pl.ctx->spec_host = NULL;
   if (st == ATTN_OK) {
     pl->ctx->stats = run.stats;
     if (work == ATTN_OK) work = attn__ring_times(pl, &run.clock, grp, pl->P + 1);

@@ -119,6 +119,26 @@ static attn_status host_cu_seqlens(ring_plan *pl) {
   return ATTN_OK;
 }
 
+/* On a device context: the host copies the steps hand to the context (ctx->spec_host), so
+ * that the backend counts each block call's tiles without reading device memory; the
+ * block mask is copied here, once per ring call. */
+static attn_status host_spec_arrays(ring_plan *pl, const attn__problem *pb) {
+  attn__spec_host *h = &pl->spec_host;
+  if (pl->nseq) {
+    h->cu_q_dev = pb->cu_q, h->cu_kv_dev = pb->cu_kv;
+    h->cu_q = pl->cq, h->cu_kv = pl->ck;
+  }
+  const attn_block_mask *bm = pb->block_mask;
+  if (!bm) return ATTN_OK;
+  const size_t n = (size_t)(bm->num_q_blocks * bm->num_k_blocks);
+  pl->mask_host = malloc(n ? n : 1);
+  if (!pl->mask_host)
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "ring: block mask host copy (%zu bytes)", n);
+  ATTN_CHECK(pl->ctx->ops->mem_copy(pl->ctx, pl->mask_host, bm->mask, n, ATTN_COPY_CTX_TO_HOST));
+  h->mask_dev = bm->mask, h->mask = pl->mask_host;
+  return ATTN_OK;
+}
+
 attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spec *spec,
                                  attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
                                  const attn_tensor *q, const attn_tensor *k,
@@ -167,15 +187,19 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
   pl->nseq = pb.num_seqs;
   pl->cq = pb.cu_q;
   pl->ck = pb.cu_kv;
-  return pl->nseq && pl->ctx->ops->device != ATTN_DEVICE_HOST ? host_cu_seqlens(pl) : ATTN_OK;
+  if (pl->ctx->ops->device == ATTN_DEVICE_HOST) return ATTN_OK;
+  if (pl->nseq) ATTN_CHECK(host_cu_seqlens(pl));
+  return host_spec_arrays(pl, &pb);
 }
 
 void attn__ring_plan_free(ring_plan *pl) {
   free(pl->qsh);
   free(pl->ksh);
   free(pl->cu_host);
+  free(pl->mask_host);
   pl->qsh = pl->ksh = NULL;
   pl->cu_host = NULL;
+  pl->mask_host = NULL;
 }
 
 /* ---- agreement ------------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 typedef struct {
@@ -22,6 +23,20 @@ typedef struct {
   int64_t scratch_n;
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
   cublasHandle_t blas; /* created by the first gemm, bound to stream */
+  /* attn_stats of the last call, counted on the host (tiles.c). Varlen offsets and block
+   * masks live in device memory: the caller's host copies are used where it has them
+   * (ctx->spec_host: the ring), else they are copied into pinned host memory on the
+   * stream, ahead of the kernels, and counted when the stats are read (cu_stats), so that
+   * no call waits for the device. */
+  struct {
+    int pending; /* 1: a count waits for the copies (-1: queued, the launch not yet done) */
+    attn_cuda_problem now; /* with host arrays: counted after the launch (pending == 0) */
+    attn_cuda_problem p; /* its geometry (device array pointers replaced when counted) */
+    int backward;
+    void *host; /* pinned: cu_seqlens_q, cu_seqlens_kv [num_seqs + 1] int32, mask bytes */
+    size_t host_bytes;
+    cudaEvent_t copied; /* recorded after the copies */
+  } st;
 } cuda_backend;
 
 static attn_status cuda_fail(cudaError_t e, const char *what) {
@@ -69,13 +84,98 @@ static attn_status workspace(attn_ctx_t ctx, const attn_cuda_problem *p) {
   return ATTN_OK;
 }
 
+/* ---- attn_stats ------------------------------------------------------------------------ */
+static attn_status stage(cuda_backend *be, void *dst, const void *src, size_t bytes) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->stream);
+  return e == cudaSuccess ? ATTN_OK : cuda_fail(e, "stats: cudaMemcpyAsync of the spec arrays");
+}
+
+/* p with the host copies of its device arrays that ctx->spec_host holds; 0 when it holds
+ * none of one that p needs. */
+static int host_arrays(attn_ctx_t ctx, const attn_cuda_problem *p, attn_cuda_problem *out) {
+  const attn__spec_host *h = ctx->spec_host;
+  *out = *p;
+  if (!p->num_seqs && !p->block_mask) return 1;
+  if (!h || (p->num_seqs && (!h->cu_q || h->cu_q_dev != p->cu_seqlens_q ||
+                             h->cu_kv_dev != p->cu_seqlens_kv)))
+    return 0;
+  if (p->block_mask && (!h->mask || h->mask_dev != p->block_mask)) return 0;
+  if (p->num_seqs) out->cu_seqlens_q = h->cu_q, out->cu_seqlens_kv = h->cu_kv;
+  if (p->block_mask) out->block_mask = h->mask;
+  return 1;
+}
+
+/* Before the launch: the stats of p's call are counted after it when the geometry is on the
+ * host; else (varlen, block mask) its device arrays are queued for copying and the count
+ * waits for them. */
+static attn_status stats_begin(attn_ctx_t ctx, const attn_cuda_problem *p, int backward) {
+  cuda_backend *be = ctx->backend_data;
+  be->st.pending = 0;
+  if (host_arrays(ctx, p, &be->st.now)) return ATTN_OK; /* counted in stats_end */
+  const size_t ncu = p->num_seqs ? (size_t)(p->num_seqs + 1) * sizeof(int32_t) : 0;
+  const size_t nbm = p->block_mask ? (size_t)(p->num_q_blocks * p->num_k_blocks) : 0;
+  cudaError_t e = cudaSuccess;
+  if (2 * ncu + nbm > be->st.host_bytes) { /* grows rarely; freeing waits for the copies */
+    if (be->st.host) e = cudaFreeHost(be->st.host);
+    be->st.host = NULL;
+    be->st.host_bytes = 0;
+    if (e == cudaSuccess) e = cudaMallocHost(&be->st.host, 2 * ncu + nbm);
+    if (e != cudaSuccess) {
+      be->st.host = NULL;
+      return cuda_fail(e, "stats: pinned buffer for the spec arrays");
+    }
+    be->st.host_bytes = 2 * ncu + nbm;
+  }
+  if (!be->st.copied && (e = cudaEventCreateWithFlags(&be->st.copied, cudaEventDisableTiming))) {
+    be->st.copied = NULL;
+    return cuda_fail(e, "stats: cudaEventCreate");
+  }
+  char *h = be->st.host;
+  if (ncu) ATTN_CHECK(stage(be, h, p->cu_seqlens_q, ncu));
+  if (ncu) ATTN_CHECK(stage(be, h + ncu, p->cu_seqlens_kv, ncu));
+  if (nbm) ATTN_CHECK(stage(be, h + 2 * ncu, p->block_mask, nbm));
+  if ((e = cudaEventRecord(be->st.copied, be->stream)) != cudaSuccess)
+    return cuda_fail(e, "stats: cudaEventRecord");
+  be->st.p = *p;
+  be->st.backward = backward;
+  be->st.pending = -1; /* armed: stats_end makes it pending */
+  return ATTN_OK;
+}
+
+/* After a successful launch. sm90: the forward ran the Hopper kernel (never with varlen or
+ * block masks, so a deferred count is of the mma.sync or float32 kernels). */
+static void stats_end(attn_ctx_t ctx, int backward, int sm90) {
+  cuda_backend *be = ctx->backend_data;
+  if (be->st.pending) be->st.pending = 1;
+  else attn_cuda_count_tiles(&be->st.now, backward, sm90, &ctx->stats);
+}
+
+static attn_status cu_stats(attn_ctx_t ctx) {
+  cuda_backend *be = ctx->backend_data;
+  if (be->st.pending != 1) return ATTN_OK;
+  be->st.pending = 0;
+  cudaError_t e = cudaEventSynchronize(be->st.copied); /* the copies, not the kernels */
+  if (e != cudaSuccess) return cuda_fail(e, "stats: cudaEventSynchronize");
+  attn_cuda_problem h = be->st.p;
+  const size_t ncu = h.num_seqs ? (size_t)(h.num_seqs + 1) : 0;
+  const int32_t *cu = be->st.host;
+  h.cu_seqlens_q = h.num_seqs ? cu : NULL;
+  h.cu_seqlens_kv = h.num_seqs ? cu + ncu : NULL;
+  if (h.block_mask) h.block_mask = (const uint8_t *)(cu + 2 * ncu);
+  attn_cuda_count_tiles(&h, be->st.backward, 0, &ctx->stats);
+  return ATTN_OK;
+}
+
 static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
                           int64_t lse_rows) {
   cuda_backend *be = ctx->backend_data;
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));
-  return attn_cuda_fwd(&p, view_of(o), lse, lse_rows, be->ws, be->ws_bytes, be->stream);
+  ATTN_CHECK(stats_begin(ctx, &p, 0));
+  ATTN_CHECK(attn_cuda_fwd(&p, view_of(o), lse, lse_rows, be->ws, be->ws_bytes, be->stream));
+  stats_end(ctx, 0, !strcmp(attn_cuda_last_fwd_path(), "sm90"));
+  return ATTN_OK;
 }
 
 static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_state *st) {
@@ -83,7 +183,10 @@ static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_st
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));
-  return attn_cuda_fwd_block(&p, st, be->ws, be->ws_bytes, be->stream);
+  ATTN_CHECK(stats_begin(ctx, &p, 0));
+  ATTN_CHECK(attn_cuda_fwd_block(&p, st, be->ws, be->ws_bytes, be->stream));
+  stats_end(ctx, 0, 0);
+  return ATTN_OK;
 }
 
 static attn_status cu_state_init(attn_ctx_t ctx, attn_state *st) {
@@ -118,8 +221,12 @@ static attn_status cu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));
-  return attn_cuda_bwd_block(&p, view_of(dout), lse, delta, lse_rows, view_of(dq), view_of(dk),
-                             view_of(dv), be->deterministic, be->ws, be->ws_bytes, be->stream);
+  ATTN_CHECK(stats_begin(ctx, &p, 1));
+  ATTN_CHECK(attn_cuda_bwd_block(&p, view_of(dout), lse, delta, lse_rows, view_of(dq),
+                                 view_of(dk), view_of(dv), be->deterministic, be->ws,
+                                 be->ws_bytes, be->stream));
+  stats_end(ctx, 1, 0);
+  return ATTN_OK;
 }
 
 static void release(void *data) {
@@ -130,6 +237,8 @@ static void release(void *data) {
     cudaFree(be->scratch);
   }
   if (be && be->blas) cublasDestroy(be->blas);
+  if (be && be->st.copied) cudaEventDestroy(be->st.copied);
+  if (be && be->st.host) cudaFreeHost(be->st.host);
   free(be);
 }
 
@@ -295,7 +404,8 @@ static const attn__backend_ops ops_cuda = {
     .bwd_block = cu_bwd_block, .mem_alloc = cu_mem_alloc, .mem_free = cu_mem_free,
     .mem_copy = cu_mem_copy, .sync = cu_sync, .event_create = cu_event_create,
     .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
-    .event_destroy = cu_event_destroy, .scratch = cu_scratch, .rows = cu_rows, .rope = cu_rope,
+    .event_destroy = cu_event_destroy, .scratch = cu_scratch, .stats = cu_stats,
+    .rows = cu_rows, .rope = cu_rope,
     .gemm = cu_gemm, .device_id = cu_device_id, .release = release};
 
 int attn__cuda_device_count(void) {

@@ -34,3 +34,15 @@ cli_emu(fwd_f32_sparse --dtype f32 --seq 128 --heads 2 --head-dim 64 --causal --
 cli_expect(emu_header 0 --seq 64 --heads 2 --head-dim 64 --check 4 --iters 1 --warmup 0
            STDOUT "# backend cuda \\(auto: 1 CUDA device visible\\): cuda, dtype bf16 \\(the default on cuda\\).*OK: 0 wrong"
            TIMEOUT 300 EXE attnrun_emu_cli LABEL emu)
+# attn_stats on the cuda backend: S = 256 causal, Hq = 2, head dim 128. Forward (query tiles
+# of 128 rows x key tiles of 64): rows 0-127 compute 2 of 4 key tiles, rows 128-255 all 4;
+# FLOPs 2*(Dqk+Dv) per (row, key) over the computed range: 2*(128*128 + 128*256)*256 per
+# head. Backward (dK/dV: 128 keys x 32-row steps from the first row that sees them): keys
+# 0-127 take 8 steps, keys 128-255 4 (rows 128-255) of 8; 2*(3Dqk+2Dv) per pair.
+add_test(NAME cli_emu_stats
+         COMMAND ${CMAKE_COMMAND} -DATTNRUN=$<TARGET_FILE:attnrun_emu_cli>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/emu_stats
+                 "-DRUN_ARGS=--seq|256|--heads|2|--kv-heads|1|--head-dim|128|--causal|--bwd|--check|4|${EMU_FAST}"
+                 "-DEXPECT=tiles_computed=12;tiles_skipped=4;flops_computed=50331648;bwd_tiles_computed=24;bwd_tiles_skipped=8;bwd_flops_computed=125829120"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/emu_stats.cmake)
+set_tests_properties(cli_emu_stats PROPERTIES TIMEOUT 300 LABELS emu)
