@@ -142,7 +142,7 @@ static attn_status stats_begin(attn_ctx_t ctx, const attn_cuda_problem *p, int b
   return ATTN_OK;
 }
 
-/* After a successful launch. sm90: the forward ran the Hopper kernel (never with varlen or
+/* After a successful launch. sm90: the call ran a Hopper kernel (never with varlen or
  * block masks, so a deferred count is of the mma.sync or float32 kernels). */
 static void stats_end(attn_ctx_t ctx, int backward, int sm90) {
   cuda_backend *be = ctx->backend_data;
@@ -225,7 +225,7 @@ static attn_status cu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK(attn_cuda_bwd_block(&p, view_of(dout), lse, delta, lse_rows, view_of(dq),
                                  view_of(dk), view_of(dv), be->deterministic, be->ws,
                                  be->ws_bytes, be->stream));
-  stats_end(ctx, 1, 0);
+  stats_end(ctx, 1, !strcmp(attn_cuda_last_bwd_path(), "sm90"));
   return ATTN_OK;
 }
 

@@ -125,7 +125,7 @@ const char *attn_cuda_last_bwd_path(void);
 /* tiles.c: the tiles of p that the kernels compute and skip and the FLOPs of the computed
  * ones (definitions in tiles.c: those of the CPU backend, at the CUDA tile shapes), counted
  * on the host from the geometry alone: causal, window, varlen, block mask. backward: the
- * dK/dV kernel's tiles, else the forward's; sm90: the forward ran the Hopper kernel.
+ * dK/dV kernel's tiles, else the forward's; sm90: the call ran the Hopper kernel.
  * Reads p->cu_seqlens_* and p->block_mask, which must be HOST copies here. */
 void attn_cuda_count_tiles(const attn_cuda_problem *p, int backward, int sm90, attn_stats *out);
 /* The tile shape those counts use: query rows x keys of one tile. */

@@ -20,9 +20,13 @@
 #include "traits.h"
 
 /* The Hopper forward's tile (H_BM x H_BN in fwd_sm90_body.cuh): key tiles end at the
- * CTA's last visible key instead of starting at multiples of the tile. */
+ * CTA's last visible key instead of starting at multiples of the tile. The Hopper
+ * backward's (G_BM x G_BN in bwd_sm90_body.cuh): 128 keys a CTA, 64 query rows a step,
+ * steps from the first row that sees a key, as the mma.sync dK/dV kernel walks them. */
 #define SM90_ROWS 128
 #define SM90_KEYS 128
+#define SM90_BWD_ROWS 64
+#define SM90_BWD_KEYS 128
 
 /* One sequence's part of the call (the whole call without varlen), as fa_make_seg. */
 typedef struct {
@@ -167,6 +171,9 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
   const int64_t dqk = p->Dqk, dv = p->Dv;
   if (p->dtype == ATTN_F32) {
     *rows = *keys = FA_F32_BN; /* 32 rows (or keys) per CTA x 32 keys (or rows) per step */
+  } else if (backward && sm90) {
+    *rows = SM90_BWD_ROWS;
+    *keys = SM90_BWD_KEYS;
   } else if (backward) {
     *rows = FA_BWD_BM(dqk, dv);
     *keys = FA_BWD_BN(dqk, dv);
@@ -184,9 +191,9 @@ void attn_cuda_count_tiles(const attn_cuda_problem *p, int backward, int sm90, a
   counter c;
   memset(&c, 0, sizeof c);
   c.p = p;
-  sm90 = sm90 && !backward && p->dtype != ATTN_F32;
+  sm90 = sm90 && p->dtype != ATTN_F32;
   attn_cuda_tile_shape(p, backward, sm90, &c.rows, &c.keys);
-  c.key_aligned_end = sm90;
+  c.key_aligned_end = sm90 && !backward;
   c.flops_per = backward ? 2.0 * (double)(3 * p->Dqk + 2 * p->Dv) : 2.0 * (double)(p->Dqk + p->Dv);
   if (p->sq < 1 || p->skv < 1) return;
   walk(&c, backward);
