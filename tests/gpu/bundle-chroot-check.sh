@@ -3,7 +3,8 @@
 # for the bare GPU image, without a GPU: a Debian 12 minbase root (debootstrap) with only what
 # that image is known to have that matters here (cmake/ctest, python3, a CUDA runtime
 # libcudart.so.13 in /usr/local/cuda/lib64, libnccl.so.2 where pip's nvidia-nccl-cu13 puts
-# it; no Open MPI, hwloc, BLAS, libgomp, no libcuda). The tree is copied as the device tool
+# it, cuBLAS 13 (libattnrun links it) in a pip folder as torch's nvidia-cublas would bring it;
+# no Open MPI, hwloc, BLAS, libgomp, no libcuda). The tree is copied as the device tool
 # copies it (tracked and unignored files plus the carried .gpu-bundle.tar.gz, not the folder)
 # and bind-mounted at another path than here. Inside: device-check.sh itself (which must
 # unpack the tarball), the python3 tarfile fallback of that unpacking (tar made to fail) giving
@@ -81,6 +82,13 @@ PYSITE=$(chroot "$FS" python3 -c 'import sys; print(next(p for p in sys.path if 
 mkdir -p "$FS/usr/local/cuda/lib64" "$FS$PYSITE/nvidia/nccl/lib"
 [ -n "$CUDART" ] && cp -L "$CUDART" "$FS/usr/local/cuda/lib64/libcudart.so.13"
 [ -n "$NCCL" ] && [ ! -e "$FS$PYSITE/nvidia/nccl/lib/libnccl.so.2" ] && cp -L "$NCCL" "$FS$PYSITE/nvidia/nccl/lib/libnccl.so.2"
+# cuBLAS (libcublasLt is 500+ MB: a hard link when the root is on the same file system).
+mkdir -p "$FS$PYSITE/nvidia/cublas/lib"
+for so in libcublas.so.13 libcublasLt.so.13; do
+  f=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/x86_64-linux/lib/ -name "$so" 2>/dev/null | head -1)
+  [ -n "$f" ] && [ ! -e "$FS$PYSITE/nvidia/cublas/lib/$so" ] &&
+    { ln "$(readlink -f "$f")" "$FS$PYSITE/nvidia/cublas/lib/$so" 2>/dev/null || cp -L "$f" "$FS$PYSITE/nvidia/cublas/lib/$so"; }
+done
 
 FALLBACK=${ATTN_CHROOT_FALLBACK:-0}
 if [ "$FALLBACK" = 1 ]; then

@@ -58,9 +58,10 @@ attn_system_has() {
   grep -qF "$(printf "\t")$1 (libc6,x86-64" <<<"$ATTN_LDCACHE"
 }
 
-# attn_cuda_libdirs — folders on this machine holding libcudart/libnccl (what our programs
-# need; nothing links cuBLAS): the CUDA toolkit's, then those of python's nvidia-* pip
-# packages (torch's CUDA runtime, nvidia-nccl-cu13).
+# attn_cuda_libdirs — folders on this machine holding libcudart/libnccl/libcublas(Lt) (what
+# our programs need: libattnrun links cuBLAS for the TP layer's projections): the CUDA
+# toolkit's, then those of python's nvidia-* pip packages (torch's CUDA runtime and cuBLAS,
+# nvidia-nccl-cu13).
 attn_cuda_libdirs() {
   local d nv py
   {
@@ -70,7 +71,8 @@ attn_cuda_libdirs() {
     py=$(command -v python3 || true)
     if [ -n "$py" ]; then
       for nv in $(timeout 30 "$py" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
-        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' \) \
+        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' -o -name 'libcublas.so*' \
+          -o -name 'libcublasLt.so*' \) \
           -printf '%h\n' 2>/dev/null
       done
     fi

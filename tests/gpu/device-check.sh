@@ -78,7 +78,7 @@ if [ -f "$TARBALL" ]; then
   if [ -d "$ROOT/.gpu-bundle" ] && [ ! -f "$ROOT/.gpu-bundle/.unpacked-from" ]; then
     note "bundle: both .gpu-bundle/ (carried as a folder) and .gpu-bundle.tar.gz are here: using the folder"
   else
-    STAGE_NOTE="$(du -m "$TARBALL" | cut -f1) MB .gpu-bundle.tar.gz"
+    STAGE_NOTE="$(du -m "$TARBALL" | cut -f1) MiB .gpu-bundle.tar.gz"
     [ -d "$ROOT/.gpu-bundle" ] && STAGE_NOTE="$STAGE_NOTE, replacing an earlier run's folder"
     if stage unpack 120 bash -c ". '$ROOT/tests/gpu/bundle-env.sh' && attn_bundle_unpack '$TARBALL' '$ROOT'"; then
       S_NOTE[${#S_NOTE[@]}-1]+=", with $(cut -d' ' -f2 "$ROOT/.gpu-bundle/.unpacked-from")"
