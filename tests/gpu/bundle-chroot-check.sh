@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# tests/gpu/bundle-chroot-check.sh — checks .gpu-bundle/ (tests/gpu/bundle.sh) on a stand-in
+# tests/gpu/bundle-chroot-check.sh — checks the GPU bundle (tests/gpu/bundle.sh) on a stand-in
 # for the bare GPU image, without a GPU: a Debian 12 minbase root (debootstrap) with only what
 # that image is known to have that matters here (cmake/ctest, python3, a CUDA runtime
 # libcudart.so.13 in /usr/local/cuda/lib64, libnccl.so.2 where pip's nvidia-nccl-cu13 puts
-# it; no Open MPI, hwloc, BLAS, libgomp, no libcuda). The tree is copied as the device tool
-# copies it (tracked and unignored files plus .gpu-bundle) and bind-mounted at another path
-# than here. Inside: ldd, the bundled mpiexec with 2 ranks, ctest -L gpu (every test must be
-# skipped, none may fail), some CPU MPI tests through ctest, and device-check.sh itself.
+# it, cuBLAS 13 (libattnrun links it) in a pip folder as torch's nvidia-cublas would bring it;
+# no Open MPI, hwloc, BLAS, libgomp, no libcuda). The tree is copied as the device tool
+# copies it (tracked and unignored files plus the carried .gpu-bundle.tar.gz, not the folder)
+# and bind-mounted at another path than here. Inside: device-check.sh itself (which must
+# unpack the tarball), the python3 tarfile fallback of that unpacking (tar made to fail) giving
+# the same files as tar, ldd, the bundled mpiexec with 2 ranks, ctest -L gpu (every test must
+# be skipped, none may fail), and some CPU MPI tests through ctest.
 # A missing library is the failure this hunts. Root only; maintainers' tool, not run by CI.
 # With ATTN_CHROOT_FALLBACK=1 it checks device-check.sh's other path instead: this machine's
 # CUDA toolkit (an overlay without its NCCL, so NCCL must come from the pip folder) and gcc
 # in the root, the bundle refused (ATTN_CHECK_BUNDLE=off), the full project built there
 # against the bundle's MPI/hwloc/BLAS (slow on 2 cores: give it 20 minutes).
 #
-# Environment: ATTN_CHROOT (default /tmp/attn-bare: the root, kept between runs),
+# Environment: ATTN_CHROOT_CARRY (default .gpu-bundle.tar.gz; .gpu-bundle: carry the folder
+# instead, the older way), ATTN_CHROOT (default /tmp/attn-bare: the root, kept between runs),
 # ATTN_CHROOT_MIRROR (default http://deb.debian.org/debian), ATTN_CHROOT_OUT (default
 # /tmp/attn-chroot-out: device-check.sh's $OUT, copied out). Unmounts everything on exit.
 set -u -o pipefail
@@ -23,10 +27,16 @@ MIRROR=${ATTN_CHROOT_MIRROR:-http://deb.debian.org/debian}
 RESULTS=${ATTN_CHROOT_OUT:-/tmp/attn-chroot-out}
 COPY="$FS.tree"          # the copy of the tree, outside the root
 INNER=/opt/session/repo  # where it appears inside: not this machine's path
+CARRY=${ATTN_CHROOT_CARRY:-.gpu-bundle.tar.gz}
+TGZ="$ROOT/.gpu-bundle.tar.gz"
 MOUNTS=()
 die() { echo "bundle-chroot-check: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, mount)"
-[ -f "$ROOT/.gpu-bundle/manifest.txt" ] || die "no .gpu-bundle/: run tests/gpu/bundle.sh first"
+case $CARRY in
+  .gpu-bundle.tar.gz) [ -f "$TGZ" ] || die "no .gpu-bundle.tar.gz: run tests/gpu/bundle.sh first" ;;
+  .gpu-bundle) [ -f "$ROOT/.gpu-bundle/manifest.txt" ] || die "no .gpu-bundle/: run tests/gpu/bundle.sh first" ;;
+  *) die "ATTN_CHROOT_CARRY: .gpu-bundle.tar.gz or .gpu-bundle, not $CARRY" ;;
+esac
 
 cleanup() {
   local i
@@ -72,6 +82,13 @@ PYSITE=$(chroot "$FS" python3 -c 'import sys; print(next(p for p in sys.path if 
 mkdir -p "$FS/usr/local/cuda/lib64" "$FS$PYSITE/nvidia/nccl/lib"
 [ -n "$CUDART" ] && cp -L "$CUDART" "$FS/usr/local/cuda/lib64/libcudart.so.13"
 [ -n "$NCCL" ] && [ ! -e "$FS$PYSITE/nvidia/nccl/lib/libnccl.so.2" ] && cp -L "$NCCL" "$FS$PYSITE/nvidia/nccl/lib/libnccl.so.2"
+# cuBLAS (libcublasLt is 500+ MB: a hard link when the root is on the same file system).
+mkdir -p "$FS$PYSITE/nvidia/cublas/lib"
+for so in libcublas.so.13 libcublasLt.so.13; do
+  f=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/x86_64-linux/lib/ -name "$so" 2>/dev/null | head -1)
+  [ -n "$f" ] && [ ! -e "$FS$PYSITE/nvidia/cublas/lib/$so" ] &&
+    { ln "$(readlink -f "$f")" "$FS$PYSITE/nvidia/cublas/lib/$so" 2>/dev/null || cp -L "$f" "$FS$PYSITE/nvidia/cublas/lib/$so"; }
+done
 
 FALLBACK=${ATTN_CHROOT_FALLBACK:-0}
 if [ "$FALLBACK" = 1 ]; then
@@ -90,18 +107,23 @@ fi
 # ---- the tree, as the device tool copies it ------------------------------------------------------
 rm -rf "$COPY" && mkdir -p "$COPY"
 (cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp -a --parents -t "$COPY") || die "copy failed"
-cp -a "$ROOT/.gpu-bundle" "$COPY/"
+cp -a "$ROOT/$CARRY" "$COPY/" || die "copying $CARRY failed"
 mnt "$FS$INNER" --bind "$COPY"
+echo "bundle-chroot-check: carried $CARRY ($(du -sm "$COPY/$CARRY" | cut -f1) MB); tree + carry $(du -sm "$COPY" | cut -f1) MB"
 
 # device-check.sh must make the recorded source path itself: remove what an earlier run made.
-SRC0=$(sed -n 's/^source_dir=//p' "$ROOT/.gpu-bundle/manifest.txt")
+if [ "$CARRY" = .gpu-bundle ]; then
+  SRC0=$(sed -n 's/^source_dir=//p' "$ROOT/.gpu-bundle/manifest.txt")
+else
+  SRC0=$(tar -xzOf "$TGZ" .gpu-bundle/manifest.txt | sed -n 's/^source_dir=//p')
+fi
 [ -L "$FS$SRC0" ] && rm -f "$FS$SRC0"
 
 # ---- inside --------------------------------------------------------------------------------------
 cat >"$FS/tmp/inside.sh" <<'EOF'
 # /tmp/inside.sh (written by tests/gpu/bundle-chroot-check.sh): the checks, in the stand-in root.
 set -u -o pipefail
-R=$1
+R=$1 CARRY=$2
 B=$R/.gpu-bundle
 PASS=0 FAIL=0
 check() { # check NAME COMMAND... — runs it, prints PASS/FAIL with its tail on failure
@@ -120,6 +142,26 @@ device_check() {
   test -s /tmp/dc-out/summary.md && grep -q 'mode: bundle' /tmp/dc-out/summary.md
 }
 check device-check device_check
+if [ "$CARRY" = .gpu-bundle.tar.gz ]; then
+  # device-check.sh unpacked it (a stage of its own) with tar; python3's tarfile, the fallback
+  # when tar or gzip is missing or fails, must give the same files, modes and links.
+  check device-check-unpacked bash -c "grep -E '^\| unpack \| ok \|' /tmp/dc-out/summary.md && cat '$B/.unpacked-from'"
+  unpack_fallback() {
+    local d
+    rm -rf /tmp/u-tar /tmp/u-py /tmp/shim && mkdir -p /tmp/u-tar /tmp/u-py /tmp/shim || return 1
+    printf '#!/bin/sh\necho "tar: made to fail (bundle-chroot-check)" >&2\nexit 2\n' >/tmp/shim/tar && chmod +x /tmp/shim/tar
+    (. "$R/tests/gpu/bundle-env.sh" && attn_bundle_unpack "$R/.gpu-bundle.tar.gz" /tmp/u-tar &&
+      PATH=/tmp/shim:$PATH attn_bundle_unpack "$R/.gpu-bundle.tar.gz" /tmp/u-py) || return 1
+    grep -q ' python3-tarfile$' /tmp/u-py/.gpu-bundle/.unpacked-from || return 1
+    for d in u-tar u-py; do
+      (cd /tmp/$d && find . ! -name .unpacked-from -printf '%P %m %y %l\n' | sort) >/tmp/$d.list
+    done
+    echo "$(wc -l </tmp/u-tar.list) entries each"
+    diff /tmp/u-tar.list /tmp/u-py.list && diff -r --no-dereference -x .unpacked-from /tmp/u-tar /tmp/u-py
+  }
+  check unpack-python-fallback unpack_fallback
+  rm -rf /tmp/u-tar /tmp/u-py
+fi
 . "$B/bundle-env.sh"
 SRC=$(sed -n 's/^source_dir=//p' "$B/manifest.txt")
 [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$R" "$SRC"; }
@@ -165,7 +207,7 @@ EOF
 if [ "$FALLBACK" = 1 ]; then
   chroot "$FS" /bin/bash /tmp/inside-fallback.sh "$INNER"
 else
-  chroot "$FS" /bin/bash /tmp/inside.sh "$INNER"
+  chroot "$FS" /bin/bash /tmp/inside.sh "$INNER" "$CARRY"
 fi
 rc=$?
 rm -rf "$RESULTS" && mkdir -p "$RESULTS" && cp -a "$FS"/tmp/check-*.log "$FS/tmp/dc-out" "$RESULTS/" 2>/dev/null

@@ -14,6 +14,10 @@
 #   bin/mpiexec       wrapper: environment + MCA defaults, then the bundled orterun
 #   bin/pkg-config    wrapper around the bundled pkgconf (for a fallback build on the device)
 #   build/            the pruned build tree: executables, CTest files, ptxas logs, two .cu.o
+# It travels to the GPU machine as .gpu-bundle.tar.gz (the 64 MiB carry limit counts raw
+# bytes: the folder is about 97 MiB, the tarball about 30): the device tool's run with
+#   carry: [".gpu-bundle.tar.gz"], command: "bash tests/gpu/device-check.sh", timeout_s: 560
+# and device-check.sh unpacks it there (attn_bundle_unpack) before anything else.
 
 ATTN_MULTIARCH=x86_64-linux-gnu
 
@@ -54,9 +58,10 @@ attn_system_has() {
   grep -qF "$(printf "\t")$1 (libc6,x86-64" <<<"$ATTN_LDCACHE"
 }
 
-# attn_cuda_libdirs — folders on this machine holding libcudart/libnccl (what our programs
-# need; nothing links cuBLAS): the CUDA toolkit's, then those of python's nvidia-* pip
-# packages (torch's CUDA runtime, nvidia-nccl-cu13).
+# attn_cuda_libdirs — folders on this machine holding libcudart/libnccl/libcublas(Lt) (what
+# our programs need: libattnrun links cuBLAS for the TP layer's projections): the CUDA
+# toolkit's, then those of python's nvidia-* pip packages (torch's CUDA runtime and cuBLAS,
+# nvidia-nccl-cu13).
 attn_cuda_libdirs() {
   local d nv py
   {
@@ -66,7 +71,8 @@ attn_cuda_libdirs() {
     py=$(command -v python3 || true)
     if [ -n "$py" ]; then
       for nv in $(timeout 30 "$py" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
-        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' \) \
+        find "$nv" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcudart.so*' -o -name 'libcublas.so*' \
+          -o -name 'libcublasLt.so*' \) \
           -printf '%h\n' 2>/dev/null
       done
     fi
@@ -107,4 +113,39 @@ attn_bundle_fallback_list() {
   local f out=""
   for f in "$1"/fallback-active/*; do [ -e "$f" ] && out="$out ${f##*/}"; done
   echo "${out:- none}"
+}
+
+# attn_bundle_unpack TARBALL DIR — unpacks a bundle tarball (tests/gpu/bundle.sh writes it:
+# one top folder, .gpu-bundle/) into DIR/.gpu-bundle, replacing what is there only once the
+# whole tarball has unpacked (into DIR/.gpu-bundle.unpack first). With tar + gzip; when either
+# is missing or tar fails, with python3's tarfile. Writes "<sha256 of the tarball> <tool>" to
+# DIR/.gpu-bundle/.unpacked-from (how device-check.sh tells an unpacked folder from a carried
+# one) and prints the tool used.
+attn_bundle_unpack() {
+  local tb=$1 dir=$2 tmp="$2/.gpu-bundle.unpack" tool="" sum
+  [ -f "$tb" ] || { echo "attn_bundle_unpack: no $tb" >&2; return 1; }
+  rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+  if command -v tar >/dev/null && command -v gzip >/dev/null; then
+    if tar -xzf "$tb" -C "$tmp"; then tool=tar; else echo "attn_bundle_unpack: tar -xzf failed" >&2; fi
+  fi
+  if [ -z "$tool" ]; then
+    rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+    python3 - "$tb" "$tmp" <<'PYEOF' && tool=python3-tarfile
+import sys, tarfile
+# filter="tar" (Python 3.12+, backported to 3.8.17+): keep modes and symlinks, refuse paths
+# outside the folder; without it Python 3.14 would default to the stricter "data" filter.
+kw = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+with tarfile.open(sys.argv[1], "r:gz") as t:
+    t.extractall(sys.argv[2], **kw)
+PYEOF
+  fi
+  if [ -z "$tool" ] || [ ! -f "$tmp/.gpu-bundle/manifest.txt" ]; then
+    echo "attn_bundle_unpack: could not unpack $tb${tool:+ (no .gpu-bundle/manifest.txt in it)}" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  sum=$(sha256sum "$tb" | cut -d' ' -f1)
+  echo "$sum $tool" >"$tmp/.gpu-bundle/.unpacked-from"
+  rm -rf "$dir/.gpu-bundle" && mv "$tmp/.gpu-bundle" "$dir/.gpu-bundle" && rmdir "$tmp" || return 1
+  echo "$tool"
 }
