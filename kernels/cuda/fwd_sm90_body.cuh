@@ -32,6 +32,7 @@
  * TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
+#include "tmap_sm90.cuh"
 
 #if DQK != 128 || DV != 128
 #error "the sm90 forward is written for head dim 128"
@@ -41,7 +42,7 @@
 #define H_BN 128  /* keys per tile */
 #define H_STAGES 3
 #define H_THREADS 384
-#define H_CB 64 /* elements in a 128-byte swizzled column block */
+#define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
 #define H_QBYTES (H_BM * DQK * 2)
 #define H_KBYTES (H_BN * DQK * 2)
 #define H_VBYTES (H_BN * DV * 2)
@@ -54,6 +55,7 @@
 #define H_PRODUCER_REGS 40
 #define H_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 of the SM's 65536 */
 #define H_BAR_ORDER 1       /* named barriers 1, 2: the issue turn of consumer 1, 2 */
+#define H_BAR_O 3           /* named barriers 3, 4: consumer 1's, 2's O tile is in shared memory */
 
 #if FA_BF16
 #define h_wgmma_ss fa_wgmma_ss_bf16
@@ -65,10 +67,12 @@
 
 #ifndef FA_SM90_MAPS_DEFINED
 #define FA_SM90_MAPS_DEFINED
-/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128]: 4-d maps
- * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle. */
+/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128] (4-d maps
+ * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle) and O [B,sq,Hq,128] (boxes of
+ * 64 x 64 rows: one consumer's) when o_tma, else O is stored directly. */
 struct fa_sm90_maps {
-  fa_tmap q, k, v;
+  fa_tmap q, k, v, o;
+  int o_tma;
 };
 
 #if FA_SM90_DEVICE /* the schedule's pieces: device code of the sm_90a pass (or the emulator) */
@@ -272,6 +276,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_tmap_prefetch(&maps.q);
       fa_tmap_prefetch(&maps.k);
       fa_tmap_prefetch(&maps.v);
+      if (maps.o_tma) fa_tmap_prefetch(&maps.o);
       fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
       fa_tma_load_4d(sQ, &maps.q, 0, R0, h, b, bar_q);
       fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, R0, h, b, bar_q);
@@ -412,6 +417,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     l[i] += fa_shfl_xor(l[i], 1);
     l[i] += fa_shfl_xor(l[i], 2);
   }
+  /* O: with o_tma into this warpgroup's 64 rows of the Q tile (its last reader, this
+   * warpgroup's S GEMM, has completed), swizzled as TMA loaded Q, then one TMA store of
+   * two 64 x 64 boxes, rows past sq clipped by TMA; else directly, row by row. */
+  unsigned char *sO = (unsigned char *)sQ; /* [2 column blocks][H_BM][128 bytes], swizzled */
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
     const int r = wr0 + g + 8 * i;
@@ -419,65 +428,36 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
     float inv, lse2;
     fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
-    fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
-    FA_UNROLL
-    for (int n = 0; n < DV / 8; n++)
-      *(uint32_t *)(o + n * 8 + 2 * tg) =
-          fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+    if (maps.o_tma) {
+      /* columns 8n + 2tg, + 1: column block n / 8, 16-byte chunk (n % 8) ^ (r % 8) of row
+       * r, and r % 8 = g */
+      const uint32_t row = (uint32_t)(r * 128 + 4 * tg) ^ ((uint32_t)g << 4);
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++)
+        *(uint32_t *)(sO + (n / 8) * H_BM * 128 + (row ^ ((uint32_t)(n % 8) << 4))) =
+            fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+    } else {
+      fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++)
+        *(uint32_t *)(o + n * 8 + 2 * tg) =
+            fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+    }
     if (tg == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
   }
+  if (maps.o_tma && wg_rows > 0) {
+    fa_fence_proxy_async(); /* the stores above are read by the TMA store (the async proxy) */
+    if (cw == 0) fa_named_bar_sync(H_BAR_O, 128);
+    else fa_named_bar_sync(H_BAR_O + 1, 128);
+    if (tid % 128 == 0) {
+      fa_tma_store_4d(&maps.o, sQ + 64 * cw * H_CB, 0, R0 + 64 * cw, h, b);
+      fa_tma_store_4d(&maps.o, sQ + H_BM * H_CB + 64 * cw * H_CB, H_CB, R0 + 64 * cw, h, b);
+      fa_bulk_commit();
+      fa_bulk_wait_read<0>(); /* shared memory stays until TMA has read it */
+    }
+  }
 #endif
 }
-
-#ifndef FA_SM90_HOST_DEFINED
-#define FA_SM90_HOST_DEFINED
-/* A 4-d map (d, s, h, b) of a [B, S, H, D] view with 64 x box_rows boxes: 0 or
- * FA_ERR_FALLBACK when TMA cannot describe it (strides must be positive multiples of 16
- * bytes below 2^40; a stride of an extent-1 dimension is never used and is replaced). */
-static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
-                        int64_t B, int box_rows) {
-  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
-  uint64_t strides[3];
-  for (int i = 0; i < 3; i++) {
-    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
-    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
-    strides[i] = (uint64_t)bytes;
-  }
-#ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
-  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
-  const cuuint32_t box[4] = {H_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
-  const CUresult r = encode(m, FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
-#else
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
-  const uint32_t box[4] = {H_CB, (uint32_t)box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 2;
-  }
-  return 0;
-#endif
-}
-#endif
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
@@ -496,10 +476,11 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   p.lse = c->lse;
   p.lse_rows = c->lse_rows;
   fa_sm90_maps maps;
-  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM) ||
-      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN) ||
-      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN))
+  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16) ||
+      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16))
     return FA_ERR_FALLBACK;
+  maps.o_tma = fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
   const int64_t grid_x = (pb->sq + H_BM - 1) / H_BM;
   p.ntiles = grid_x;
 #ifndef ATTN_CUDA_EMULATE
