@@ -25,6 +25,11 @@
  *    run every slot (with nothing to issue for tiles they do not see), so the barrier
  *    phases pair up and end complete.
  *
+ * The epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
+ * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
+ * (two 64 x 64 boxes, one bulk group, rows past sq clipped by TMA); O views TMA cannot
+ * describe are stored directly, row by row.
+ *
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
  * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
