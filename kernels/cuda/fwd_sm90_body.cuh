@@ -305,7 +305,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
    * before w (the Q tile's phase). */
   if (wg == 0) { /* ---- producer warpgroup ---------------------------------------------- */
     fa_setmaxnreg_dec<H_PRODUCER_REGS>();
-    if (warp == 0 && lane == 0) {
+    if (warp > 1 || (warp == 0 && lane > 0)) return; /* the loader thread, the zero-fill warp */
+    if (warp == 0) {
       fa_tmap_prefetch(&maps.q);
       fa_tmap_prefetch(&maps.k);
       fa_tmap_prefetch(&maps.v);
@@ -313,7 +314,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
       const h_tile T = h_tile_at(p, s, w);
-      if (warp == 0 && lane == 0) {
+      if (warp == 0) {
         /* Q once both consumers are done with the last one (their O stores included) */
         fa_mbar_wait(empty_q, (nw & 1) ^ 1);
         fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
@@ -338,7 +339,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, T.kbase + (j - 1) * H_BN, T.hk, T.b, &full_v[st]);
           }
         }
-      } else if (warp == 1) {
+      } else {
         /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
         for (int j = 0; j < T.ntiles; j++) {
           const int st = (it + j) % H_STAGES, ph = ((it + j) / H_STAGES) & 1, k0 = T.kbase + j * H_BN;
