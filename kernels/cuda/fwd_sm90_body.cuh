@@ -9,12 +9,13 @@
  * swizzle, completing on "full" mbarriers with transaction counts), K of tile j + 1
  * before V of tile j, the order the consumers use them in; its second warp zero-fills,
  * in each V tile, the rows of keys that none of the work tile's queries sees, so NaN/Inf
- * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are the consumers, 64 rows each, with wgmma m64n128k16:
- * S = Q K^T (Q and K from shared memory, K-major), the online softmax in registers
- * (float32, log2 units, the mma.sync kernel's masking and transform), O += P V (P from
- * registers, V from shared memory, MN-major). K and V stages are released on "empty_k" /
- * "empty_v" as soon as the GEMM that reads them has completed. setmaxnreg moves registers
- * from the producer to the consumers.
+ * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are
+ * the consumers, 64 rows each, with wgmma m64n128k16: S = Q K^T (Q and K from shared
+ * memory, K-major), the online softmax in registers (float32, log2 units, the mma.sync
+ * kernel's masking and transform), O += P V (P from registers, V from shared memory,
+ * MN-major). K and V stages are released on "empty_k" / "empty_v" as soon as the GEMM
+ * that reads them has completed. setmaxnreg moves registers from the producer to the
+ * consumers.
  *
  * The consumer schedule (FlashAttention 3's two overlaps), in slots j = 0 .. ntiles:
  *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -328,7 +329,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_mbar_wait(&empty_k[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
             fa_tma_load_4d(k, &maps.k, 0, T.kbase + j * H_BN, T.hk, T.b, &full_k[st]);
-            fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, T.kbase + j * H_BN, T.hk, T.b, &full_k[st]);
+            fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, T.kbase + j * H_BN, T.hk, T.b,
+                           &full_k[st]);
           }
           if (j > 0) {
             const int st = (it + j - 1) % H_STAGES, ph = ((it + j - 1) / H_STAGES) & 1;
@@ -336,7 +338,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_mbar_wait(&empty_v[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
             fa_tma_load_4d(v, &maps.v, 0, T.kbase + (j - 1) * H_BN, T.hk, T.b, &full_v[st]);
-            fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, T.kbase + (j - 1) * H_BN, T.hk, T.b, &full_v[st]);
+            fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, T.kbase + (j - 1) * H_BN, T.hk, T.b,
+                           &full_v[st]);
           }
         }
       } else {
@@ -409,7 +412,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     const int nslots = ntiles ? ntiles + 1 : 0;
     if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
     for (int j = 0; j < nslots; j++) {
-      const int st = (it + j) % H_STAGES, pst = (it + j + H_STAGES - 1) % H_STAGES, k0 = kbase + j * H_BN;
+      const int st = (it + j) % H_STAGES, pst = (it + j + H_STAGES - 1) % H_STAGES;
+      const int k0 = kbase + j * H_BN;
       const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
       const uint32_t v_addr = fa_smem_addr(sV + pst * H_BN * DV); /* tile j - 1 */
       /* every pair of the tile visible: no masking (warpgroup-uniform, as ja, jb) */
@@ -494,7 +498,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     /* then the warpgroup is done with its rows of the Q tile: the producer may load the
      * next one once both warpgroups have arrived on empty_q */
     const int store = maps.o_tma && wg_rows > 0;
-    if (store) fa_fence_proxy_async(); /* the stores above are read by the TMA store (the async proxy) */
+    if (store) fa_fence_proxy_async(); /* the stores above are read by TMA (the async proxy) */
     if (cw == 0) fa_named_bar_sync(H_BAR_O, 128);
     else fa_named_bar_sync(H_BAR_O + 1, 128);
     if (tid % 128 == 0) {
@@ -545,7 +549,8 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize, H_SMEM_BYTES);
+    e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             H_SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
 #endif
   const unsigned grid = (unsigned)(nwork < nsm ? nwork : nsm);

@@ -62,7 +62,8 @@ template <class F> void box_walk(const emu_tmap &m, const int *c, F f) {
           }
 }
 
-/* The box's bytes and the checks TMA makes of its shared-memory end (in smem_box). */
+/* A box's size in bytes (its inner width checked against the swizzle span); then
+ * check_smem_box: the shared-memory end's alignment to the swizzle pattern and bounds. */
 uint32_t box_bytes(const emu_tmap &map) {
   uint32_t bytes = (uint32_t)map.elem_bytes;
   for (int i = 0; i < map.rank; i++) bytes *= map.box[i];
@@ -167,7 +168,8 @@ void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords)
   const int base = E.cur / 128 * 128, nthr = E.nthreads - base < 128 ? E.nthreads - base : 128;
   for (int t = 0; t < nthr; t++)
     if (!((w.fenced[t / 32] >> (t % 32)) & 1)) {
-      fprintf(stderr, "emu: thread %d of the warpgroup has no fence.proxy.async since its last bulk commit\n", t);
+      fprintf(stderr, "emu: thread %d of the warpgroup: no fence.proxy.async since the last bulk commit\n",
+              t);
       fail("TMA store of shared memory without fence.proxy.async");
     }
   bulk_store s;
