@@ -21,6 +21,7 @@
  * head dims other than 128, views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
+#include "tmap_sm90.cuh"
 
 #if DQK != 128 || DV != 128
 #error "the sm90 backward is written for head dim 128"
@@ -30,7 +31,7 @@
 #define G_BM 64  /* query rows per step */
 #define G_STAGES 2
 #define G_THREADS 384
-#define G_CB 64 /* elements in a 128-byte swizzled column block */
+#define G_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
 #define G_KBYTES (G_BN * DQK * 2)
 #define G_VBYTES (G_BN * DV * 2)
 #define G_QBYTES (G_BM * DQK * 2)
@@ -346,57 +347,6 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
 #endif
 }
 
-#ifndef FA_BWD90_HOST_DEFINED
-#define FA_BWD90_HOST_DEFINED
-/* A 4-d map (d, s, h, b) of a [B, S, H, 128] bf16/f16 view with 64 x box_rows boxes: 0 or
- * FA_ERR_FALLBACK when TMA cannot describe it (strides must be positive multiples of 16
- * bytes below 2^40; a stride of an extent-1 dimension is never used and is replaced).
- * The forward's fa_sm90_tmap, restated for this body (each .cu includes one body). */
-static int g_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t S, int64_t H, int64_t B,
-                  int box_rows) {
-  const int64_t D = 128, ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
-  uint64_t strides[3];
-  for (int i = 0; i < 3; i++) {
-    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
-    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
-    strides[i] = (uint64_t)bytes;
-  }
-#ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
-  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
-  const cuuint32_t box[4] = {G_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
-  const CUresult r = encode(m, FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
-#else
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
-  const uint32_t box[4] = {G_CB, (uint32_t)box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 2;
-  }
-  return 0;
-#endif
-}
-#endif
-
 extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
   if (c->deterministic || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
@@ -411,10 +361,10 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
 #endif
   fa_params p = fa_bwd_params(c);
   fa_bwd90_maps maps;
-  if (g_tmap(&maps.q, pb->q, pb->sq, pb->Hq, pb->B, G_BM) ||
-      g_tmap(&maps.o, c->dout, pb->sq, pb->Hq, pb->B, G_BM) ||
-      g_tmap(&maps.k, pb->k, pb->skv, pb->Hkv, pb->B, G_BN) ||
-      g_tmap(&maps.v, pb->v, pb->skv, pb->Hkv, pb->B, G_BN))
+  if (fa_sm90_tmap(&maps.q, pb->q, 128, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.o, c->dout, 128, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.k, pb->k, 128, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16) ||
+      fa_sm90_tmap(&maps.v, pb->v, 128, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16))
     return FA_ERR_FALLBACK;
   const int64_t grid_k = (pb->skv + G_BN - 1) / G_BN;
   p.ntiles = grid_k;

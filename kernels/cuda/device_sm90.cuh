@@ -1,7 +1,8 @@
 /* device_sm90.cuh — the Hopper (sm_90a) primitives of the warp-specialised forward kernel
  * (fwd_sm90_body.cuh): mbarriers with transaction counts, TMA tile loads
- * (cp.async.bulk.tensor onto an mbarrier), wgmma.mma_async m64n128k16 (A from shared
- * memory or registers, B from shared memory through 128-byte-swizzled descriptors) with its
+ * (cp.async.bulk.tensor onto an mbarrier) and stores (bulk async-groups), wgmma.mma_async
+ * m64n128k16 (A from shared memory or registers, B from shared memory through
+ * 128-byte-swizzled descriptors) with its
  * fence / commit / wait, setmaxnreg and the async-proxy fence; for the backward
  * (bwd_sm90_body.cuh) also m64n64k16 with both operands from shared memory, K-major or both
  * MN-major (A transposed: dS^T stored key-major read as dS). With -DATTN_CUDA_EMULATE the
@@ -78,6 +79,24 @@ FA_DEV void fa_tma_load_4d(void *dst, const fa_tmap *map, int c0, int c1, int c2
       "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(fa_smem_addr(dst)),
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(fa_smem_addr(bar))
       : "memory");
+}
+/* A 4-d TMA box from shared memory (src: the box as fa_tma_load_4d lands it) to global
+ * memory (cp.async.bulk.tensor, bulk-group completion); elements outside the tensor are
+ * not written. The generic-proxy writes of src need fa_fence_proxy_async by their writers
+ * (and a barrier) first; src may be overwritten only after fa_bulk_wait_read. */
+FA_DEV void fa_tma_store_4d(const fa_tmap *map, const void *src, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          (uint64_t)(uintptr_t)map),
+      "r"(fa_smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+/* The thread's bulk stores issued since its last commit form one bulk async-group. */
+FA_DEV void fa_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Until at most N of the thread's bulk groups are still reading their shared memory (the
+ * source may then be reused; the CTA may exit). */
+template <int N> FA_DEV void fa_bulk_wait_read(void) {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 FA_DEV void fa_tmap_prefetch(const fa_tmap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)(uintptr_t)map) : "memory");
@@ -175,8 +194,14 @@ FA_DEV void fa_tma_load_4d(void *dst, const fa_tmap *map, int c0, int c1, int c2
   const int c[4] = {c0, c1, c2, c3};
   emu_tma_load(dst, map, c, bar);
 }
+FA_DEV void fa_tma_store_4d(const fa_tmap *map, const void *src, int c0, int c1, int c2, int c3) {
+  const int c[4] = {c0, c1, c2, c3};
+  emu_tma_store(map, src, c);
+}
+FA_DEV void fa_bulk_commit(void) { emu_bulk_commit(); }
+template <int N> FA_DEV void fa_bulk_wait_read(void) { emu_bulk_wait_read(N); }
 FA_DEV void fa_tmap_prefetch(const fa_tmap *) {}
-FA_DEV void fa_fence_proxy_async(void) {}
+FA_DEV void fa_fence_proxy_async(void) { emu_fence_proxy_async(); }
 template <int N> FA_DEV void fa_setmaxnreg_dec(void) {}
 template <int N> FA_DEV void fa_setmaxnreg_inc(void) {}
 FA_DEV int fa_warp_uniform(int x) { return x; }

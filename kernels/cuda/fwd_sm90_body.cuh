@@ -1,18 +1,21 @@
 /* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dim 128, one shot (O, LSE,
  * sinks), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
  *
- * Warp-specialised: a CTA of three warpgroups owns 128 query rows of one (batch, head).
- * Warpgroup 0 is the producer: one thread loads Q once and the K and V tiles of 128 keys
- * into a three-stage ring with TMA (128-byte swizzle, completing on "full" mbarriers with
- * transaction counts), K of tile j + 1 before V of tile j, the order the consumers use
- * them in; its second warp zero-fills, in each V tile, the rows of keys that none of the
- * CTA's queries sees, so NaN/Inf there cannot reach P V, and then signals the tile on
- * "v_ok". Warpgroups 1 and 2 are the consumers, 64 rows each, with wgmma m64n128k16:
- * S = Q K^T (Q and K from shared memory, K-major), the online softmax in registers
- * (float32, log2 units, the mma.sync kernel's masking and transform), O += P V (P from
- * registers, V from shared memory, MN-major). K and V stages are released on "empty_k" /
- * "empty_v" as soon as the GEMM that reads them has completed. setmaxnreg moves registers
- * from the producer to the consumers.
+ * A persistent grid (one CTA per SM) walks the work tiles, 128 query rows of one (batch,
+ * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
+ * Warp-specialised: a CTA has three warpgroups. Warpgroup 0 is the producer: one thread
+ * loads each work tile's Q (once both consumers have released the last one on
+ * "empty_q") and the K and V tiles of 128 keys into a three-stage ring with TMA (128-byte
+ * swizzle, completing on "full" mbarriers with transaction counts), K of tile j + 1
+ * before V of tile j, the order the consumers use them in; its second warp zero-fills,
+ * in each V tile, the rows of keys that none of the work tile's queries sees, so NaN/Inf
+ * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are
+ * the consumers, 64 rows each, with wgmma m64n128k16: S = Q K^T (Q and K from shared
+ * memory, K-major), the online softmax in registers (float32, log2 units, the mma.sync
+ * kernel's masking and transform), O += P V (P from registers, V from shared memory,
+ * MN-major). K and V stages are released on "empty_k" / "empty_v" as soon as the GEMM
+ * that reads them has completed. setmaxnreg moves registers from the producer to the
+ * consumers.
  *
  * The consumer schedule (FlashAttention 3's two overlaps), in slots j = 0 .. ntiles:
  *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -23,7 +26,14 @@
  *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
  *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
  *    run every slot (with nothing to issue for tiles they do not see), so the barrier
- *    phases pair up and end complete.
+ *    phases pair up and end complete, every work tile.
+ *
+ * The epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
+ * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
+ * (two 64 x 64 boxes, one bulk group, rows past sq clipped by TMA); O views TMA cannot
+ * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
+ * ring's stages and phases run on across work tiles, so the producer loads the next
+ * tile's K and V while the consumers finish the last.
  *
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
@@ -32,6 +42,7 @@
  * TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
+#include "tmap_sm90.cuh"
 
 #if DQK != 128 || DV != 128
 #error "the sm90 forward is written for head dim 128"
@@ -41,11 +52,11 @@
 #define H_BN 128  /* keys per tile */
 #define H_STAGES 3
 #define H_THREADS 384
-#define H_CB 64 /* elements in a 128-byte swizzled column block */
+#define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
 #define H_QBYTES (H_BM * DQK * 2)
 #define H_KBYTES (H_BN * DQK * 2)
 #define H_VBYTES (H_BN * DV * 2)
-#define H_NBAR (1 + 5 * H_STAGES)
+#define H_NBAR (2 + 5 * H_STAGES)
 /* tiles, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
 #define H_SMEM_BYTES (1024 + H_QBYTES + H_STAGES * (H_KBYTES + H_VBYTES) + 8 * H_NBAR)
 #if H_SMEM_BYTES > 227 * 1024
@@ -54,6 +65,7 @@
 #define H_PRODUCER_REGS 40
 #define H_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 of the SM's 65536 */
 #define H_BAR_ORDER 1       /* named barriers 1, 2: the issue turn of consumer 1, 2 */
+#define H_BAR_O 3           /* named barriers 3, 4: consumer 1's, 2's O tile is in shared memory */
 
 #if FA_BF16
 #define h_wgmma_ss fa_wgmma_ss_bf16
@@ -65,10 +77,12 @@
 
 #ifndef FA_SM90_MAPS_DEFINED
 #define FA_SM90_MAPS_DEFINED
-/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128]: 4-d maps
- * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle. */
+/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128] (4-d maps
+ * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle) and O [B,sq,Hq,128] (boxes of
+ * 64 x 64 rows: one consumer's) when o_tma, else O is stored directly. */
 struct fa_sm90_maps {
-  fa_tmap q, k, v;
+  fa_tmap q, k, v, o;
+  int o_tma;
 };
 
 #if FA_SM90_DEVICE /* the schedule's pieces: device code of the sm_90a pass (or the emulator) */
@@ -79,6 +93,33 @@ FA_DEV void h_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory");
 FA_DEV void h_reg_fence_u32(uint32_t &) {}
 #endif
 
+/* A work tile of the persistent grid: 128 query rows (from R0, rows of them below sq) of
+ * one (batch, head), its key tiles j = 0 .. ntiles - 1 at keys kbase + j H_BN + [0, H_BN),
+ * the last ending at the CTA's last visible key, the visible keys from kc0. Work tiles
+ * are numbered by query tile, then (batch, head); causal, the last query tiles, which
+ * see the most keys, come first. */
+struct h_tile {
+  int b, h, hk, R0, rows, kc0, ntiles, kbase;
+};
+
+FA_DEV h_tile h_tile_at(const fa_params &p, const fa_seg &s, int w) {
+  h_tile T;
+  const int nhb = (int)(p.Hq * p.B), rank = w / nhb, hb = w - rank * nhb;
+  T.h = hb % (int)p.Hq;
+  T.b = hb / (int)p.Hq;
+  T.hk = T.h / (int)p.group;
+  T.R0 = (FA_CAUSAL ? (int)p.ntiles - 1 - rank : rank) * H_BM;
+  T.rows = fa_min(H_BM, (int)p.sq - T.R0);
+  int lo_first, hi_first, lo_last, hi_last;
+  fa_row_keys(p, FA_CAUSAL, s, T.R0, lo_first, hi_first);
+  fa_row_keys(p, FA_CAUSAL, s, T.R0 + T.rows - 1, lo_last, hi_last);
+  T.kc0 = fa_max(lo_first, 0);
+  const int kc1 = fa_min(hi_last + 1, (int)p.skv);
+  T.ntiles = T.kc0 < kc1 ? (kc1 - T.kc0 + H_BN - 1) / H_BN : 0;
+  T.kbase = kc1 - T.ntiles * H_BN;
+  return T;
+}
+
 /* Does a consumer warpgroup see anything of the key tile starting at k0 (the CTA's
  * visible keys start at kc0)? Its valid rows, the first row's lowest key, the last row's
  * highest. Along the tiles it goes false.., true.., false..: each row's keys are an interval,
@@ -88,10 +129,11 @@ FA_DEV int h_tile_seen(int k0, int kc0, int wg_rows, int wlo_first, int whi_last
 }
 
 /* Slot j's start (module comment): K_j has landed (j < ntiles), V_{j-1} has landed and
- * been zero-filled (j > 0); then this consumer's turn to issue. */
-FA_DEV void h_slot_begin(uint64_t *full_k, uint64_t *v_ok, int j, int ntiles, int cw) {
-  if (j < ntiles) fa_mbar_wait(&full_k[j % H_STAGES], (j / H_STAGES) & 1);
-  if (j > 0) fa_mbar_wait(&v_ok[(j - 1) % H_STAGES], ((j - 1) / H_STAGES) & 1);
+ * been zero-filled (j > 0), tile j in ring position it + j; then this consumer's turn to
+ * issue. */
+FA_DEV void h_slot_begin(uint64_t *full_k, uint64_t *v_ok, int it, int j, int ntiles, int cw) {
+  if (j < ntiles) fa_mbar_wait(&full_k[(it + j) % H_STAGES], ((it + j) / H_STAGES) & 1);
+  if (j > 0) fa_mbar_wait(&v_ok[(it + j - 1) % H_STAGES], ((it + j - 1) / H_STAGES) & 1);
   if (cw == 0) fa_named_bar_sync(H_BAR_ORDER, 256); /* constant ids: ptxas counts barriers */
   else fa_named_bar_sync(H_BAR_ORDER + 1, 256);
 }
@@ -238,23 +280,16 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_elem *sQ = (fa_elem *)smem;            /* [2 column blocks][H_BM][64], swizzled */
   fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][2][H_BN][64] */
   fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][2][H_BN][64] */
-  uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV);
-  uint64_t *full_k = bar_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
+  uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV), *empty_q = bar_q + 1;
+  uint64_t *full_k = empty_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
            *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
-  const int b = (int)blockIdx.z, h = (int)blockIdx.y, hk = h / (int)p.group;
-  const int t = FA_CAUSAL ? (int)p.ntiles - 1 - (int)blockIdx.x : (int)blockIdx.x;
-  const int R0 = t * H_BM, rows = fa_min(H_BM, (int)p.sq - R0);
   const fa_seg s = fa_make_seg(p, 0);
-  int lo_first, hi_first, lo_last, hi_last;
-  fa_row_keys(p, FA_CAUSAL, s, R0, lo_first, hi_first);
-  fa_row_keys(p, FA_CAUSAL, s, R0 + rows - 1, lo_last, hi_last);
-  const int kc0 = fa_max(lo_first, 0), kc1 = fa_min(hi_last + 1, (int)p.skv);
-  const int ntiles = kc0 < kc1 ? (kc1 - kc0 + H_BN - 1) / H_BN : 0;
-  const int kbase = kc1 - ntiles * H_BN; /* tile j: keys kbase + j*H_BN + [0, H_BN) */
+  const int nwork = (int)(p.ntiles * p.Hq * p.B);
 
   if (tid == 0) {
     fa_mbar_init(bar_q, 1);
+    fa_mbar_init(empty_q, 2); /* one arrival per consumer warpgroup */
     for (int i = 0; i < H_STAGES; i++) {
       fa_mbar_init(&full_k[i], 1);
       fa_mbar_init(&full_v[i], 1);
@@ -266,51 +301,66 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   }
   FA_SYNC();
 
+  /* The CTA's work tiles w = blockIdx.x, + gridDim.x, ...; `it` counts the key tiles the
+   * CTA has put through the ring before w (stage (it + j) % H_STAGES), nw the work tiles
+   * before w (the Q tile's phase). */
   if (wg == 0) { /* ---- producer warpgroup ---------------------------------------------- */
     fa_setmaxnreg_dec<H_PRODUCER_REGS>();
-    if (warp == 0 && lane == 0) {
+    if (warp > 1 || (warp == 0 && lane > 0)) return; /* the loader thread, the zero-fill warp */
+    if (warp == 0) {
       fa_tmap_prefetch(&maps.q);
       fa_tmap_prefetch(&maps.k);
       fa_tmap_prefetch(&maps.v);
-      fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
-      fa_tma_load_4d(sQ, &maps.q, 0, R0, h, b, bar_q);
-      fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, R0, h, b, bar_q);
-      /* K_0, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at once */
-      for (int j = 0; j <= ntiles; j++) {
-        if (j < ntiles) {
-          const int st = j % H_STAGES, ph = (j / H_STAGES) & 1;
-          fa_elem *k = sK + st * H_BN * DQK;
-          fa_mbar_wait(&empty_k[st], ph ^ 1);
-          fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
-          fa_tma_load_4d(k, &maps.k, 0, kbase + j * H_BN, hk, b, &full_k[st]);
-          fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, kbase + j * H_BN, hk, b, &full_k[st]);
+      if (maps.o_tma) fa_tmap_prefetch(&maps.o);
+    }
+    for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
+      const h_tile T = h_tile_at(p, s, w);
+      if (warp == 0) {
+        /* Q once both consumers are done with the last one (their O stores included) */
+        fa_mbar_wait(empty_q, (nw & 1) ^ 1);
+        fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
+        fa_tma_load_4d(sQ, &maps.q, 0, T.R0, T.h, T.b, bar_q);
+        fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, T.R0, T.h, T.b, bar_q);
+        /* K_0, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at once */
+        for (int j = 0; j <= T.ntiles; j++) {
+          if (j < T.ntiles) {
+            const int st = (it + j) % H_STAGES, ph = ((it + j) / H_STAGES) & 1;
+            fa_elem *k = sK + st * H_BN * DQK;
+            fa_mbar_wait(&empty_k[st], ph ^ 1);
+            fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
+            fa_tma_load_4d(k, &maps.k, 0, T.kbase + j * H_BN, T.hk, T.b, &full_k[st]);
+            fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, T.kbase + j * H_BN, T.hk, T.b,
+                           &full_k[st]);
+          }
+          if (j > 0) {
+            const int st = (it + j - 1) % H_STAGES, ph = ((it + j - 1) / H_STAGES) & 1;
+            fa_elem *v = sV + st * H_BN * DV;
+            fa_mbar_wait(&empty_v[st], ph ^ 1);
+            fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
+            fa_tma_load_4d(v, &maps.v, 0, T.kbase + (j - 1) * H_BN, T.hk, T.b, &full_v[st]);
+            fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, T.kbase + (j - 1) * H_BN, T.hk, T.b,
+                           &full_v[st]);
+          }
         }
-        if (j > 0) {
-          const int st = (j - 1) % H_STAGES, ph = ((j - 1) / H_STAGES) & 1;
+      } else {
+        /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
+        for (int j = 0; j < T.ntiles; j++) {
+          const int st = (it + j) % H_STAGES, ph = ((it + j) / H_STAGES) & 1, k0 = T.kbase + j * H_BN;
           fa_elem *v = sV + st * H_BN * DV;
-          fa_mbar_wait(&empty_v[st], ph ^ 1);
-          fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
-          fa_tma_load_4d(v, &maps.v, 0, kbase + (j - 1) * H_BN, hk, b, &full_v[st]);
-          fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, kbase + (j - 1) * H_BN, hk, b, &full_v[st]);
+          fa_mbar_wait(&full_v[st], ph);
+          for (int r = lane; r < H_BN; r += 32) {
+            const int key = k0 + r;
+            if (key < 0 || key >= (int)p.skv) continue;
+            if (key >= T.kc0 && fa_key_seen(p, FA_CAUSAL, s, key, T.R0, T.R0 + T.rows - 1)) continue;
+            memset(v + r * H_CB, 0, 128);
+            memset(v + H_BN * H_CB + r * H_CB, 0, 128);
+          }
+          fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
+          fa_syncwarp();
+          if (lane == 0) fa_mbar_arrive(&v_ok[st]);
         }
       }
-    } else if (warp == 1) {
-      /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
-      for (int j = 0; j < ntiles; j++) {
-        const int st = j % H_STAGES, ph = (j / H_STAGES) & 1, k0 = kbase + j * H_BN;
-        fa_elem *v = sV + st * H_BN * DV;
-        fa_mbar_wait(&full_v[st], ph);
-        for (int r = lane; r < H_BN; r += 32) {
-          const int key = k0 + r;
-          if (key < 0 || key >= (int)p.skv) continue;
-          if (key >= kc0 && fa_key_seen(p, FA_CAUSAL, s, key, R0, R0 + rows - 1)) continue;
-          memset(v + r * H_CB, 0, 128);
-          memset(v + H_BN * H_CB + r * H_CB, 0, 128);
-        }
-        fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
-        fa_syncwarp();
-        if (lane == 0) fa_mbar_arrive(&v_ok[st]);
-      }
+      it += T.ntiles;
     }
     return;
   }
@@ -319,165 +369,151 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_setmaxnreg_inc<H_CONSUMER_REGS>();
   const int cw = wg - 1, g = lane / 4, tg = lane % 4;
   const int wr0 = 64 * cw + 16 * (warp % 4); /* this warp's first row in the CTA */
-  const int wg_rows = fa_min(fa_max(rows - 64 * cw, 0), 64);
-  int wlo_first = 0, whi_first = -1, wlo_last = 0, whi_last = -1;
-  if (wg_rows > 0) {
-    fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw, wlo_first, whi_first);
-    fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw + wg_rows - 1, wlo_last, whi_last);
-  }
-  int lo_r[2], hi_r[2], ipos[2];
-  FA_UNROLL
-  for (int i = 0; i < 2; i++) {
-    const int r = wr0 + g + 8 * i;
-    lo_r[i] = (int)p.skv;
-    hi_r[i] = -1;
-    if (r < rows) fa_row_keys(p, FA_CAUSAL, s, R0 + r, lo_r[i], hi_r[i]);
-    ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
-  }
-  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
   const uint32_t q_addr = fa_smem_addr(sQ + 64 * cw * H_CB);
-
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-  float acc[64]; /* O: the m64n128 D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
-  float S[64];   /* S_j, then P_j in float32 */
-  uint32_t P[32]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
-  FA_UNROLL
-  for (int x = 0; x < 64; x++) acc[x] = S[x] = 0.0f;
-  FA_UNROLL
-  for (int x = 0; x < 32; x++) P[x] = 0;
-  fa_mbar_wait(bar_q, 0);
-
-  /* this warpgroup's tiles [ja, jb): slot j issues S_j for j in [ja, jb), P_{j-1} V_{j-1}
-   * for j in (ja, jb]. Each kind of slot has its own code with unconditional issues and
-   * waits that retire everything: ptxas serialises the wgmma pipeline when an issue is
-   * conditional inside it. */
-  int ja = 0;
-  while (ja < ntiles && !h_tile_seen(kbase + ja * H_BN, kc0, wg_rows, wlo_first, whi_last)) ja++;
-  int jb = ja;
-  while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
-  const int nslots = ntiles ? ntiles + 1 : 0;
-  if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
-  for (int j = 0; j < nslots; j++) {
-    const int st = j % H_STAGES, pst = (j + H_STAGES - 1) % H_STAGES, k0 = kbase + j * H_BN;
-    const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
-    const uint32_t v_addr = fa_smem_addr(sV + pst * H_BN * DV); /* tile j - 1 */
-    /* every pair of the tile visible: no masking (warpgroup-uniform, as ja, jb) */
-    const int full = wg_rows == 64 && k0 >= kc0 && wlo_last <= k0 && whi_first >= k0 + H_BN - 1;
-    h_slot_begin(full_k, v_ok, j, ntiles, cw);
-    if (j > ja && j < jb) { /* S_j and P_{j-1} V_{j-1}: the softmax runs under the second */
-      h_fence_operands(acc, S, P);
-      H_ISSUE_QK(S, q_addr, k_addr);
-      H_ISSUE_PV(acc, P, v_addr);
-      h_slot_issued(j, nslots, cw);
-      fa_wgmma_wait<1>();
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
-      h_release(&empty_k[st], lane);
-      h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
-      fa_wgmma_wait<0>();
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
-      h_release(&empty_v[pst], lane);
-      h_rescale(acc, alpha);
-      H_PACK_P(P, S);
-    } else if (j == ja && j < jb) { /* the first S (O is 0) */
-      h_fence_operands(acc, S, P);
-      H_ISSUE_QK(S, q_addr, k_addr);
-      h_slot_issued(j, nslots, cw);
-      fa_wgmma_wait<0>();
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
-      h_release(&empty_k[st], lane);
-      if (j > 0) h_release(&empty_v[pst], lane);
-      h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
-      H_PACK_P(P, S);
-    } else if (j == jb && j > ja) { /* the last P V */
-      h_fence_operands(acc, S, P);
-      H_ISSUE_PV(acc, P, v_addr);
-      h_slot_issued(j, nslots, cw);
-      if (j < ntiles) h_release(&empty_k[st], lane);
-      fa_wgmma_wait<0>();
-      FA_UNROLL
-      for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
-      h_release(&empty_v[pst], lane);
-    } else { /* nothing of tiles j, j - 1 for this warpgroup: keep the turns and the ring */
-      h_slot_issued(j, nslots, cw);
-      if (j < ntiles) h_release(&empty_k[st], lane);
-      if (j > 0) h_release(&empty_v[pst], lane);
+  for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
+    const h_tile T = h_tile_at(p, s, w);
+    const int b = T.b, h = T.h, R0 = T.R0, rows = T.rows, kc0 = T.kc0, ntiles = T.ntiles,
+              kbase = T.kbase;
+    const int wg_rows = fa_min(fa_max(rows - 64 * cw, 0), 64);
+    int wlo_first = 0, whi_first = -1, wlo_last = 0, whi_last = -1;
+    if (wg_rows > 0) {
+      fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw, wlo_first, whi_first);
+      fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw + wg_rows - 1, wlo_last, whi_last);
     }
-  }
-
-  FA_UNROLL
-  for (int i = 0; i < 2; i++) {
-    l[i] += fa_shfl_xor(l[i], 1);
-    l[i] += fa_shfl_xor(l[i], 2);
-  }
-  FA_UNROLL
-  for (int i = 0; i < 2; i++) {
-    const int r = wr0 + g + 8 * i;
-    if (r >= rows) continue;
-    const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
-    float inv, lse2;
-    fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
-    fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
+    int lo_r[2], hi_r[2], ipos[2];
     FA_UNROLL
-    for (int n = 0; n < DV / 8; n++)
-      *(uint32_t *)(o + n * 8 + 2 * tg) =
-          fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
-    if (tg == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
-  }
-#endif
-}
+    for (int i = 0; i < 2; i++) {
+      const int r = wr0 + g + 8 * i;
+      lo_r[i] = (int)p.skv;
+      hi_r[i] = -1;
+      if (r < rows) fa_row_keys(p, FA_CAUSAL, s, R0 + r, lo_r[i], hi_r[i]);
+      ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
+    }
+    const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
 
-#ifndef FA_SM90_HOST_DEFINED
-#define FA_SM90_HOST_DEFINED
-/* A 4-d map (d, s, h, b) of a [B, S, H, D] view with 64 x box_rows boxes: 0 or
- * FA_ERR_FALLBACK when TMA cannot describe it (strides must be positive multiples of 16
- * bytes below 2^40; a stride of an extent-1 dimension is never used and is replaced). */
-static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
-                        int64_t B, int box_rows) {
-  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
-  uint64_t strides[3];
-  for (int i = 0; i < 3; i++) {
-    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
-    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
-    strides[i] = (uint64_t)bytes;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float acc[64]; /* O: the m64n128 D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
+    float S[64];   /* S_j, then P_j in float32 */
+    uint32_t P[32]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
+    FA_UNROLL
+    for (int x = 0; x < 64; x++) acc[x] = S[x] = 0.0f;
+    FA_UNROLL
+    for (int x = 0; x < 32; x++) P[x] = 0;
+    fa_mbar_wait(bar_q, nw & 1);
+
+    /* this warpgroup's tiles [ja, jb): slot j issues S_j for j in [ja, jb), P_{j-1} V_{j-1}
+     * for j in (ja, jb]. Each kind of slot has its own code with unconditional issues and
+     * waits that retire everything: ptxas serialises the wgmma pipeline when an issue is
+     * conditional inside it. */
+    int ja = 0;
+    while (ja < ntiles && !h_tile_seen(kbase + ja * H_BN, kc0, wg_rows, wlo_first, whi_last)) ja++;
+    int jb = ja;
+    while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
+    const int nslots = ntiles ? ntiles + 1 : 0;
+    if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
+    for (int j = 0; j < nslots; j++) {
+      const int st = (it + j) % H_STAGES, pst = (it + j + H_STAGES - 1) % H_STAGES;
+      const int k0 = kbase + j * H_BN;
+      const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
+      const uint32_t v_addr = fa_smem_addr(sV + pst * H_BN * DV); /* tile j - 1 */
+      /* every pair of the tile visible: no masking (warpgroup-uniform, as ja, jb) */
+      const int full = wg_rows == 64 && k0 >= kc0 && wlo_last <= k0 && whi_first >= k0 + H_BN - 1;
+      h_slot_begin(full_k, v_ok, it, j, ntiles, cw);
+      if (j > ja && j < jb) { /* S_j and P_{j-1} V_{j-1}: the softmax runs under the second */
+        h_fence_operands(acc, S, P);
+        H_ISSUE_QK(S, q_addr, k_addr);
+        H_ISSUE_PV(acc, P, v_addr);
+        h_slot_issued(j, nslots, cw);
+        fa_wgmma_wait<1>();
+        FA_UNROLL
+        for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+        h_release(&empty_k[st], lane);
+        h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        fa_wgmma_wait<0>();
+        FA_UNROLL
+        for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+        h_release(&empty_v[pst], lane);
+        h_rescale(acc, alpha);
+        H_PACK_P(P, S);
+      } else if (j == ja && j < jb) { /* the first S (O is 0) */
+        h_fence_operands(acc, S, P);
+        H_ISSUE_QK(S, q_addr, k_addr);
+        h_slot_issued(j, nslots, cw);
+        fa_wgmma_wait<0>();
+        FA_UNROLL
+        for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+        h_release(&empty_k[st], lane);
+        if (j > 0) h_release(&empty_v[pst], lane);
+        h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        H_PACK_P(P, S);
+      } else if (j == jb && j > ja) { /* the last P V */
+        h_fence_operands(acc, S, P);
+        H_ISSUE_PV(acc, P, v_addr);
+        h_slot_issued(j, nslots, cw);
+        if (j < ntiles) h_release(&empty_k[st], lane);
+        fa_wgmma_wait<0>();
+        FA_UNROLL
+        for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+        h_release(&empty_v[pst], lane);
+      } else { /* nothing of tiles j, j - 1 for this warpgroup: keep the turns and the ring */
+        h_slot_issued(j, nslots, cw);
+        if (j < ntiles) h_release(&empty_k[st], lane);
+        if (j > 0) h_release(&empty_v[pst], lane);
+      }
+    }
+
+    FA_UNROLL
+    for (int i = 0; i < 2; i++) {
+      l[i] += fa_shfl_xor(l[i], 1);
+      l[i] += fa_shfl_xor(l[i], 2);
+    }
+    /* O: with o_tma into this warpgroup's 64 rows of the Q tile (its last reader, this
+     * warpgroup's S GEMM, has completed), swizzled as TMA loaded Q, then one TMA store of
+     * two 64 x 64 boxes, rows past sq clipped by TMA; else directly, row by row. */
+    unsigned char *sO = (unsigned char *)sQ; /* [2 column blocks][H_BM][128 bytes], swizzled */
+    FA_UNROLL
+    for (int i = 0; i < 2; i++) {
+      const int r = wr0 + g + 8 * i;
+      if (r >= rows) continue;
+      const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
+      float inv, lse2;
+      fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
+      if (maps.o_tma) {
+        /* columns 8n + 2tg, + 1: column block n / 8, 16-byte chunk (n % 8) ^ (r % 8) of row
+         * r, and r % 8 = g */
+        const uint32_t row = (uint32_t)(r * 128 + 4 * tg) ^ ((uint32_t)g << 4);
+        FA_UNROLL
+        for (int n = 0; n < DV / 8; n++)
+          *(uint32_t *)(sO + (n / 8) * H_BM * 128 + (row ^ ((uint32_t)(n % 8) << 4))) =
+              fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+      } else {
+        fa_elem *o = (fa_elem *)p.o.p + b * p.o.sb + (R0 + r) * p.o.ss + h * p.o.sh;
+        FA_UNROLL
+        for (int n = 0; n < DV / 8; n++)
+          *(uint32_t *)(o + n * 8 + 2 * tg) =
+              fa_pack(acc[4 * n + 2 * i] * inv, acc[4 * n + 2 * i + 1] * inv);
+      }
+      if (tg == 0 && p.lse) p.lse[(b * p.Hq + h) * p.lse_rows + p.q_row0 + R0 + r] = lse2 / FA_LOG2E;
+    }
+    /* then the warpgroup is done with its rows of the Q tile: the producer may load the
+     * next one once both warpgroups have arrived on empty_q */
+    const int store = maps.o_tma && wg_rows > 0;
+    if (store) fa_fence_proxy_async(); /* the stores above are read by TMA (the async proxy) */
+    if (cw == 0) fa_named_bar_sync(H_BAR_O, 128);
+    else fa_named_bar_sync(H_BAR_O + 1, 128);
+    if (tid % 128 == 0) {
+      if (store) {
+        fa_tma_store_4d(&maps.o, sQ + 64 * cw * H_CB, 0, R0 + 64 * cw, h, b);
+        fa_tma_store_4d(&maps.o, sQ + H_BM * H_CB + 64 * cw * H_CB, H_CB, R0 + 64 * cw, h, b);
+        fa_bulk_commit();
+        fa_bulk_wait_read<0>(); /* shared memory stays until TMA has read it */
+      }
+      fa_mbar_arrive(empty_q);
+    }
+    it += ntiles;
   }
-#ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
-  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
-  const cuuint32_t box[4] = {H_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
-  const CUresult r = encode(m, FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
-#else
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
-  const uint32_t box[4] = {H_CB, (uint32_t)box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 2;
-  }
-  return 0;
 #endif
 }
-#endif
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
@@ -496,19 +532,29 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   p.lse = c->lse;
   p.lse_rows = c->lse_rows;
   fa_sm90_maps maps;
-  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM) ||
-      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN) ||
-      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN))
+  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16) ||
+      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16))
     return FA_ERR_FALLBACK;
-  const int64_t grid_x = (pb->sq + H_BM - 1) / H_BM;
-  p.ntiles = grid_x;
+  maps.o_tma = fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
+  p.ntiles = (pb->sq + H_BM - 1) / H_BM; /* query tiles */
+  const int64_t nwork = p.ntiles * pb->Hq * pb->B;
+  if (nwork > INT32_MAX) return FA_ERR_FALLBACK;
+  if (nwork == 0) return 0;
+  /* the persistent grid: one CTA per SM (its shared memory allows no second), each walking
+   * work tiles gridDim.x apart; the emulator has no SMs: 3 CTAs, so each walks several */
+  int nsm = 3;
 #ifndef ATTN_CUDA_EMULATE
-  cudaError_t e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       H_SMEM_BYTES);
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(FA_FN(flash_fwd_), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             H_SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
 #endif
-  FA_LAUNCH(FA_FN(flash_fwd_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-            dim3(H_THREADS), H_SMEM_BYTES, c->stream, p, maps);
+  const unsigned grid = (unsigned)(nwork < nsm ? nwork : nsm);
+  FA_LAUNCH(FA_FN(flash_fwd_), dim3(grid), dim3(H_THREADS), H_SMEM_BYTES, c->stream, p, maps);
 #ifndef ATTN_CUDA_EMULATE
   return (int)cudaGetLastError();
 #else

@@ -73,6 +73,19 @@ void emu_mbar_init(uint64_t *bar, int count);
 void emu_mbar_arrive(uint64_t *bar, uint32_t tx_bytes);
 void emu_mbar_wait(uint64_t *bar, int parity);
 void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar);
+/* TMA stores (cp.async.bulk.tensor global <- shared::cta, .bulk_group), the strictest
+ * reading of the PTX ISA: the source box must not change from the issue until the
+ * issuing thread's cp.async.bulk.wait_group.read retires its group (checked: the box is
+ * compared at the wait, an abort with a message if it changed), and global memory is
+ * written only then, clipped to the tensor (elements outside are not written); stores
+ * never committed or waited for are never written. Each thread of the issuing thread's
+ * warpgroup must have executed fence.proxy.async since that warpgroup's previous bulk
+ * commit (stricter than the ISA, which asks it of the threads that wrote the box: here
+ * that warpgroup is the writer). */
+void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords);
+void emu_bulk_commit(void);
+void emu_bulk_wait_read(int pending_groups);
+void emu_fence_proxy_async(void);
 void emu_wgmma_fence(void);
 void emu_wgmma_commit(void);
 void emu_wgmma_wait(int pending_groups);

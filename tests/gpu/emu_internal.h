@@ -65,10 +65,26 @@ struct wg_slot {
   int n, scale_d, trans_a, trans_b, bf16, has_a;
 };
 
+/* A TMA store in flight: the box as read at the issue, its bulk group (-1: uncommitted). */
+struct bulk_store {
+  const unsigned char *src;
+  emu_tmap map;
+  int c[5], group;
+  std::vector<unsigned char> data; /* the box, in box order (unswizzled) */
+};
+
+/* A thread's cp.async.bulk state (kept with its warpgroup's: reset with every block). */
+struct bulk_thread {
+  std::vector<bulk_store> stores;
+  int groups = 0;
+};
+
 struct wg_state {
   int count;
   uint64_t gen;
   wg_slot slot[2][128];
+  uint32_t fenced[4];      /* threads with fence.proxy.async since the last bulk commit */
+  bulk_thread bulk[128];
 };
 
 struct warp_slot {

@@ -1,6 +1,7 @@
 /* emu_sm90.cc — the CUDA emulator's sm_90 model behind emu.h: mbarriers with transaction
- * counts, TMA tile loads with their swizzle, and wgmma.mma_async (descriptors, canonical
- * layouts, async groups), as the PTX ISA states them. Test-only. */
+ * counts, TMA tile loads and stores (bulk async-groups) with their swizzle, and
+ * wgmma.mma_async (descriptors, canonical layouts, async groups), as the PTX ISA states
+ * them. Test-only. */
 #include "emu_internal.h"
 
 #include <math.h>
@@ -37,13 +38,13 @@ void mbar_maybe_complete(mbarrier &m) {
   }
 }
 
-/* Lands one TMA box: element (x0..x4) of the box at coordinates c + x (0 outside the
- * tensor), at the swizzled address of its row-major offset in the box. */
-void tma_land(const tma_copy &c) {
-  const emu_tmap &m = c.map;
+/* Walks a TMA box at coordinates c: f(L, g) for each element x (x0 fastest), L = its
+ * byte offset in the box (row-major), g = the global address of element c + x, or NULL
+ * outside the tensor. */
+template <class F> void box_walk(const emu_tmap &m, const int *c, F f) {
   uint32_t box[5] = {1, 1, 1, 1, 1};
   for (int i = 0; i < m.rank; i++) box[i] = m.box[i];
-  const uint32_t base = (uint32_t)(c.dst - E.smem), eb = (uint32_t)m.elem_bytes;
+  const uint32_t eb = (uint32_t)m.elem_bytes;
   uint32_t L = 0;
   for (uint32_t x4 = 0; x4 < box[4]; x4++)
     for (uint32_t x3 = 0; x3 < box[3]; x3++)
@@ -51,17 +52,55 @@ void tma_land(const tma_copy &c) {
         for (uint32_t x1 = 0; x1 < box[1]; x1++)
           for (uint32_t x0 = 0; x0 < box[0]; x0++, L += eb) {
             const uint32_t x[5] = {x0, x1, x2, x3, x4};
-            const unsigned char *src = (const unsigned char *)m.base;
-            int inside = 1;
-            for (int i = 0; i < m.rank; i++) {
-              const int64_t g = (int64_t)c.c[i] + x[i];
-              if (g < 0 || g >= (int64_t)m.dims[i]) inside = 0;
-              else src += (uint64_t)g * m.strides[i];
+            unsigned char *g = (unsigned char *)(uintptr_t)m.base;
+            for (int i = 0; i < m.rank && g; i++) {
+              const int64_t e = (int64_t)c[i] + x[i];
+              if (e < 0 || e >= (int64_t)m.dims[i]) g = nullptr;
+              else g += (uint64_t)e * m.strides[i];
             }
-            unsigned char *dst = E.smem + emu_swizzle(base + L, m.swizzle_bytes);
-            if (inside) memcpy(dst, src, eb);
-            else memset(dst, 0, eb);
+            f(L, g);
           }
+}
+
+/* A box's size in bytes (its inner width checked against the swizzle span); then
+ * check_smem_box: the shared-memory end's alignment to the swizzle pattern and bounds. */
+uint32_t box_bytes(const emu_tmap &map) {
+  uint32_t bytes = (uint32_t)map.elem_bytes;
+  for (int i = 0; i < map.rank; i++) bytes *= map.box[i];
+  if (map.swizzle_bytes && map.box[0] * (uint32_t)map.elem_bytes > (uint32_t)map.swizzle_bytes)
+    fail("TMA box inner dimension wider than its swizzle span");
+  return bytes;
+}
+
+void check_smem_box(const void *p, const emu_tmap &map, uint32_t bytes, const char *what) {
+  const uint32_t align = map.swizzle_bytes ? 128u * (uint32_t)map.swizzle_bytes / 16u : 128u;
+  if (emu_smem_addr(p) % align) {
+    fprintf(stderr, "emu: %s not aligned to its swizzle pattern\n", what);
+    fail("TMA shared-memory box misaligned");
+  }
+  check_smem(p, bytes, what);
+}
+
+/* Lands one TMA box: element (x0..x4) of the box at coordinates c + x (0 outside the
+ * tensor), at the swizzled address of its row-major offset in the box. */
+void tma_land(const tma_copy &c) {
+  const emu_tmap &m = c.map;
+  const uint32_t base = (uint32_t)(c.dst - E.smem), eb = (uint32_t)m.elem_bytes;
+  box_walk(m, c.c, [&](uint32_t L, const unsigned char *g) {
+    unsigned char *dst = E.smem + emu_swizzle(base + L, m.swizzle_bytes);
+    if (g) memcpy(dst, g, eb);
+    else memset(dst, 0, eb);
+  });
+}
+
+/* A TMA store's box as shared memory holds it now, in box order. */
+std::vector<unsigned char> store_read(const bulk_store &s) {
+  const uint32_t base = (uint32_t)(s.src - E.smem), eb = (uint32_t)s.map.elem_bytes;
+  std::vector<unsigned char> out(box_bytes(s.map));
+  box_walk(s.map, s.c, [&](uint32_t L, const unsigned char *) {
+    memcpy(out.data() + L, E.smem + emu_swizzle(base + L, s.map.swizzle_bytes), eb);
+  });
+  return out;
 }
 } // namespace
 
@@ -105,17 +144,72 @@ void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64
   tma_copy c;
   c.dst = (unsigned char *)smem_dst;
   c.map = *map;
-  c.bytes = (uint32_t)map->elem_bytes;
+  c.bytes = box_bytes(*map);
   for (int i = 0; i < 5; i++) c.c[i] = i < map->rank ? coords[i] : 0;
-  for (int i = 0; i < map->rank; i++) c.bytes *= map->box[i];
-  if (map->swizzle_bytes && map->box[0] * (uint32_t)map->elem_bytes > (uint32_t)map->swizzle_bytes)
-    fail("TMA box inner dimension wider than its swizzle span");
-  const uint32_t align = map->swizzle_bytes ? 128u * (uint32_t)map->swizzle_bytes / 16u : 128u;
-  if (emu_smem_addr(smem_dst) % align) fail("TMA destination not aligned to its swizzle pattern");
-  check_smem(smem_dst, c.bytes, "TMA destination");
+  check_smem_box(smem_dst, *map, c.bytes, "TMA load destination");
   memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN */
   m.copies.push_back(c);
   m.version++;
+}
+
+/* ---- TMA stores: bulk async-groups (emu.h) ---------------------------------------------- */
+namespace {
+wg_state &my_wg(void) { return E.wgs[(size_t)E.cur / 128]; }
+bulk_thread &my_bulk(void) { return my_wg().bulk[E.cur % 128]; }
+} // namespace
+
+void emu_fence_proxy_async(void) {
+  const int me = E.cur % 128;
+  my_wg().fenced[me / 32] |= 1u << (me % 32);
+}
+
+void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords) {
+  wg_state &w = my_wg();
+  const int base = E.cur / 128 * 128, nthr = E.nthreads - base < 128 ? E.nthreads - base : 128;
+  for (int t = 0; t < nthr; t++)
+    if (!((w.fenced[t / 32] >> (t % 32)) & 1)) {
+      fprintf(stderr, "emu: thread %d of the warpgroup: no fence.proxy.async since the last bulk commit\n",
+              t);
+      fail("TMA store of shared memory without fence.proxy.async");
+    }
+  bulk_store s;
+  s.src = (const unsigned char *)smem_src;
+  s.map = *map;
+  s.group = -1;
+  for (int i = 0; i < 5; i++) s.c[i] = i < map->rank ? coords[i] : 0;
+  check_smem_box(smem_src, *map, box_bytes(*map), "TMA store source");
+  s.data = store_read(s);
+  my_bulk().stores.push_back(s);
+}
+
+void emu_bulk_commit(void) {
+  bulk_thread &b = my_bulk();
+  for (bulk_store &s : b.stores)
+    if (s.group < 0) s.group = b.groups;
+  b.groups++;
+  wg_state &w = my_wg();
+  for (uint32_t &f : w.fenced) f = 0;
+}
+
+/* Retires the thread's bulk groups but the newest pending_groups: each box must still be
+ * what it was at the issue; then it is written to global memory, clipped to the tensor. */
+void emu_bulk_wait_read(int pending_groups) {
+  bulk_thread &b = my_bulk();
+  const int limit = b.groups - pending_groups;
+  std::vector<bulk_store> keep;
+  for (const bulk_store &s : b.stores) {
+    if (s.group < 0 || s.group >= limit) {
+      keep.push_back(s);
+      continue;
+    }
+    if (store_read(s) != s.data)
+      fail("shared memory of a TMA store changed before cp.async.bulk.wait_group.read");
+    const uint32_t eb = (uint32_t)s.map.elem_bytes;
+    box_walk(s.map, s.c, [&](uint32_t L, unsigned char *g) {
+      if (g) memcpy(g, s.data.data() + L, eb);
+    });
+  }
+  b.stores.swap(keep);
 }
 
 /* ---- wgmma ---------------------------------------------------------------------------- */

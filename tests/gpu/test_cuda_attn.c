@@ -297,6 +297,43 @@ static void sweep_f32(void) {
  * rows and NaN/Inf in unseen keys; varlen, block masks and the block API must route to the
  * mma.sync kernel. The sm90 path is on for the whole part (attn_cuda_set_hopper(1)); on a
  * device that is not compute capability 9.0 every case runs mma.sync. */
+/* The forward into a padded O ([B][Sq + 5][Hq][Dv + 8], poisoned): only rows below Sq and
+ * the Dv columns change (the sm90 TMA store clips at the tensor's end), bit for bit what
+ * the same forward wrote into the dense O that gc_check judged. */
+static void run_padded_o(gc_case c) {
+  gc_prob P;
+  gc_out out = {0};
+  c.seed = next_seed++;
+  gc_init(&P, &c);
+  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_check(&P, &out, 0, "fwd");
+  gc_out_free(&out);
+  const int64_t S = P.Sq, H = P.Hq, D = P.Dv, sh = D + 8, ss = H * sh, sb = (S + 5) * ss;
+  const size_t n = (size_t)(P.B * sb), nd = (size_t)gc_n_o(&P);
+  uint16_t *dense = tu_alloc(nd * 2), *pad = tu_alloc(n * 2);
+  void *d_pad = td_alloc(n * 2);
+  td_download(dense, P.d_o, nd * 2);
+  td_memset(d_pad, 0xFF, n * 2);
+  const attn_cuda_view v = {d_pad, sb, ss, sh}, dv = gc_view(&P, P.d_o, S, H, D);
+  expect_ok(attn_cuda_fwd(&P.pb, v, P.d_lse, S, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd (padded O)", &c);
+  td_sync();
+  td_download(pad, d_pad, n * 2);
+  int64_t bad = 0;
+  for (int64_t b = 0; b < P.B; b++)
+    for (int64_t r = 0; r < S + 5; r++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t d = 0; d < sh; d++) {
+          const uint16_t want = r < S && d < D ? dense[b * dv.sb + r * dv.ss + h * dv.sh + d] : 0xFFFF;
+          bad += pad[b * sb + r * ss + h * sh + d] != want;
+        }
+  TU_CHECK(!strcmp(attn_cuda_last_fwd_path(), "sm90"), "padded O ran %s", attn_cuda_last_fwd_path());
+  TU_CHECK(bad == 0, "padded O: %lld elements differ from the dense O or overwrote padding", (long long)bad);
+  td_free(d_pad);
+  free(dense);
+  free(pad);
+  gc_free(&P);
+}
+
 static void sweep_hopper(void) {
   static const int64_t sizes[][2] = {{1, 1},     {64, 64},   {65, 63},   {127, 129}, {129, 127},
                                      {128, 128}, {200, 333}, {333, 200}, {256, 1},   {1, 300},
@@ -344,6 +381,8 @@ static void sweep_hopper(void) {
   run_hot((gc_case){.name = "sm90 hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
                     .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
                     .dtype = ATTN_BF16});
+  run_padded_o((gc_case){.name = "sm90 padded O", .B = 2, .Sq = E ? 130 : 333, .Skv = 150,
+                         .Hq = 2, .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16});
   /* routed to mma.sync: varlen, block masks (and, in check_block_case, the block API) */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
   run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3, .lq = lq,

@@ -5,8 +5,11 @@
  * A and B from K-major swizzled descriptors (the start address stepped 32 bytes per k16)
  * and with A from registers and B MN-major (LBO between 64-column blocks, SBO between
  * 8-row groups) equal plain matrix products; so do m64n64k16 with both operands K-major and
- * with both MN-major from shared memory (A transposed, as the backward reads dS^T). Inputs are small integers, so the float32
- * products are exact and compared with ==.
+ * with both MN-major from shared memory (A transposed, as the backward reads dS^T); a TMA
+ * store of two swizzled boxes, one starting above the tensor and one crossing its end,
+ * writes exactly the rows inside it (rows between the boxes and past the end keep their
+ * poison). Inputs are small integers (or raw 16-bit patterns), so results are exact and
+ * compared with ==.
  *
  * Built twice: on the emulator (ctest cuda_emu_sm90_primitives: it checks the emulator's
  * model of the PTX text) and, for sm_90a, on the GPU (cuda_sm90_primitives, label gpu:
@@ -25,9 +28,10 @@
 
 enum { XR = 100, XC = 64, BOX_R = 64 }; /* X [XR][XC]: boxes at rows -8 and XR - 40 */
 enum { M = 64, N = 128, K = 64 };        /* D1 = A Bk^T, D2 = P V */
+enum { YR = 100, Y_GUARD = 16 };         /* Y [YR][64] (+ guard rows): stores at -8, YR - 40 */
 
 struct prim_maps {
-  fa_tmap x, a, bk, v;
+  fa_tmap x, a, bk, v, y;
 };
 
 struct prim_out {
@@ -48,6 +52,9 @@ FA_DEV void store_d64(float *out, const float d[32], int t) {
   for (int i = 0; i < 8; i++)
     for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
+
+/* Row r of the two stored boxes (r < 64: the first), column c: a raw bf16 bit pattern. */
+#define Y_PATTERN(r, c) ((uint16_t)(0x4000 + (((r) * 64 + (c)) * 7 & 0x3FF)))
 
 FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p_bits, prim_out *out) {
 #if FA_SM90_DEVICE
@@ -93,6 +100,20 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_mbar_wait(&bar[1], 1);
   fa_mbar_wait(&bar[1], 1);
   out->bad_box[t] = bad;
+
+  /* TMA store: thread t writes row t of sX (two 64-row boxes), swizzled as TMA loads it;
+   * box 0 goes to Y rows -8.. (the first 8 clipped), box 1 to rows YR - 40.. (past YR clipped) */
+  FA_SYNC();
+  for (int c = 0; c < 64; c++) sX[(t * 128 + 16 * ((c / 8) ^ (t % 8)) + 2 * (c % 8)) / 2] = Y_PATTERN(t, c);
+  fa_fence_proxy_async();
+  FA_SYNC();
+  if (t == 0) {
+    fa_tma_store_4d(&maps.y, sX, 0, -8, 0, 0);
+    fa_tma_store_4d(&maps.y, sX + BOX_R * 64, 0, YR - 40, 0, 0);
+    fa_bulk_commit();
+    fa_bulk_wait_read<0>();
+  }
+  FA_SYNC();
 
   float d[64];
   for (int i = 0; i < 64; i++) d[i] = 0.0f;
@@ -181,6 +202,14 @@ static void make_map(fa_tmap *m, const void *base, uint64_t cols, uint64_t rows,
 #endif
 }
 
+/* Y[row][c] after the stores: box 0 row row + 8, box 1 row row - (YR - 40) + 64, else the
+ * poison (rows YR - 48 .. YR - 41 lie between the boxes; rows from YR are guard rows). */
+static uint16_t y_want(int row, int c) {
+  if (row < BOX_R - 8) return Y_PATTERN(row + 8, c);
+  if (row >= YR - 40 && row < YR) return Y_PATTERN(row - (YR - 40) + BOX_R, c);
+  return 0xFFFF;
+}
+
 static int fA(int m, int k) { return (m * 7 + k * 3) % 5 - 2; }
 static int fB(int n, int k) { return (n * 5 + k * 11) % 7 - 3; }
 static int fP(int m, int k) { return (m * 3 + k * 13) % 5 - 2; }
@@ -208,7 +237,7 @@ int main(void) {
   for (int n = 0; n < N; n++)
     for (int k = 0; k < K; k++) bk[n * K + k] = bf16_of_int(fB(n, k)), v[k * N + n] = bf16_of_int(fV(k, n));
   void *dx = td_alloc(sizeof x), *da = td_alloc(sizeof a), *db = td_alloc(sizeof bk), *dp = td_alloc(sizeof p),
-       *dv = td_alloc(sizeof v);
+       *dv = td_alloc(sizeof v), *dy = td_alloc((size_t)(YR + Y_GUARD) * 64 * 2);
   prim_out *dout = (prim_out *)td_alloc(sizeof(prim_out));
   td_upload(dx, x, sizeof x);
   td_upload(da, a, sizeof a);
@@ -216,11 +245,13 @@ int main(void) {
   td_upload(dp, p, sizeof p);
   td_upload(dv, v, sizeof v);
   td_memset(dout, 0, sizeof(prim_out));
+  td_memset(dy, 0xFF, (size_t)(YR + Y_GUARD) * 64 * 2);
   prim_maps maps;
   make_map(&maps.x, dx, XC, XR, BOX_R);
   make_map(&maps.a, da, K, M, M);
   make_map(&maps.bk, db, K, N, N);
   make_map(&maps.v, dv, N, K, K);
+  make_map(&maps.y, dy, 64, YR, BOX_R);
   const size_t smem = 1024 + 2 * (2 * BOX_R * 64 + M * 64 + N * 64 + 2 * K * 64) + 16;
 #ifndef ATTN_CUDA_EMULATE
   cudaFuncSetAttribute(prim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -253,15 +284,23 @@ int main(void) {
       if (out.d4[m * 64 + n] != (float)s4 && bad4++ < 5)
         printf("FAIL: N=64 SS A,B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d4[m * 64 + n], s4);
     }
-  fails += bad1 + bad2 + bad3 + bad4;
+  static uint16_t y[(YR + Y_GUARD) * 64];
+  td_download(y, dy, sizeof y);
+  int bad5 = 0;
+  for (int row = 0; row < YR + Y_GUARD; row++)
+    for (int c = 0; c < 64; c++)
+      if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
+        printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
+  fails += bad1 + bad2 + bad3 + bad4 + bad5;
   printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
-         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, fails ? "FAILED" : "all passed");
+         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, TMA store %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad5, fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);
   td_free(dp);
   td_free(dv);
+  td_free(dy);
   td_free(dout);
   return fails ? 1 : 0;
 }

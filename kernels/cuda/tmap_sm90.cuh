@@ -1,0 +1,66 @@
+/* tmap_sm90.cuh — the host side of the sm90 kernels' TMA: one tensor map (CUtensorMap, or
+ * the emulator's emu_tmap) of a [B, S, H, D] bf16/f16 view, for the forward
+ * (fwd_sm90_body.cuh: Q, K, V loads, the O store) and the backward (bwd_sm90_body.cuh: Q,
+ * dO, K, V loads). Each .cu includes one body, so this is a static function of its own
+ * translation unit. */
+#ifndef ATTN_CUDA_TMAP_SM90_CUH
+#define ATTN_CUDA_TMAP_SM90_CUH
+
+#include "common.cuh"
+#include "device_sm90.cuh"
+
+#define FA_TMAP_CB 64 /* box columns: one 128-byte swizzled column block of 16-bit elements */
+
+/* A 4-d map (d, s, h, b) of the view v (extents D, S, H, B, in elements of 2 bytes) with
+ * boxes of FA_TMAP_CB columns x box_rows rows, 128-byte swizzle, elements outside the
+ * tensor read as 0 (loads) and not written (stores). 0, or FA_ERR_FALLBACK when TMA cannot
+ * describe the view: the base must be 16-byte aligned and the strides positive multiples
+ * of 16 bytes below 2^40 (a stride of an extent-1 dimension is never used and is
+ * replaced), or the driver declined it. */
+static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
+                        int64_t B, int box_rows, int bf16) {
+  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
+  uint64_t strides[3];
+  if ((uintptr_t)v.p % 16) return FA_ERR_FALLBACK;
+  for (int i = 0; i < 3; i++) {
+    const int64_t bytes = ext[i] == 1 ? D * 2 : st[i] * 2;
+    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
+    strides[i] = (uint64_t)bytes;
+  }
+#ifndef ATTN_CUDA_EMULATE
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+  if (!encode) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn)
+      return FA_ERR_FALLBACK;
+    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+  }
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint32_t box[4] = {FA_TMAP_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
+  const CUresult r = encode(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            4, v.p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
+#else
+  (void)bf16; /* the emulator's TMA moves bytes */
+  memset(m, 0, sizeof *m);
+  m->base = v.p;
+  m->rank = 4;
+  m->elem_bytes = 2;
+  m->swizzle_bytes = 128;
+  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
+  const uint32_t box[4] = {FA_TMAP_CB, (uint32_t)box_rows, 1, 1};
+  for (int i = 0; i < 4; i++) {
+    m->dims[i] = dims[i];
+    m->box[i] = box[i];
+    m->strides[i] = i ? strides[i - 1] : 2;
+  }
+  return 0;
+#endif
+}
+
+#endif
