@@ -301,8 +301,13 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     fa_syncwarp();
     if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta of the stage are done */
-    if (!any) continue;                        /* the same for both consumers */
+    /* Both consumers' dS^T are in buffer it & 1; and each has waited for its dQ GEMM of
+     * step it - 1, so buffer (it + 1) & 1 may be rewritten at step it + 1. Every step syncs,
+     * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
+     * while the other's dQ wgmma of step it still reads it (the wait of that wgmma is the
+     * only thing that ends its reads, PTX ISA wgmma.wait_group). */
     fa_named_bar_sync(G_BAR_DS, 256);
+    if (!any) continue; /* the same for both consumers */
     /* dQ[:, 64 cw + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
      * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block cw,
      * MN-major the same way */
