@@ -41,6 +41,9 @@
 #define G_SMEM_BYTES                                                                         \
   (1024 + G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +            \
    G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
+#if G_SMEM_BYTES > 227 * 1024
+#error "the sm90 backward's shared memory exceeds the 227 KB a block may have"
+#endif
 #define G_PRODUCER_REGS 40
 #define G_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 = 384 x 168, what the launch holds */
 #define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
