@@ -42,6 +42,9 @@
 #define G_SMEM_BYTES                                                                         \
   (1024 + G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +            \
    G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
+#if G_SMEM_BYTES > 227 * 1024
+#error "the sm90 backward's shared memory exceeds the 227 KB a block may have"
+#endif
 #define G_PRODUCER_REGS 40
 #define G_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 = 384 x 168, what the launch holds */
 #define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
@@ -302,8 +305,13 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     fa_syncwarp();
     if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta of the stage are done */
-    if (!any) continue;                        /* the same for both consumers */
+    /* Both consumers' dS^T are in buffer it & 1; and each has waited for its dQ GEMM of
+     * step it - 1, so buffer (it + 1) & 1 may be rewritten at step it + 1. Every step syncs,
+     * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
+     * while the other's dQ wgmma of step it still reads it (the wait of that wgmma is the
+     * only thing that ends its reads, PTX ISA wgmma.wait_group). */
     fa_named_bar_sync(G_BAR_DS, 256);
+    if (!any) continue; /* the same for both consumers */
     /* dQ[:, 64 cw + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
      * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block cw,
      * MN-major the same way */
