@@ -139,8 +139,10 @@ FA_DEV void h_slot_begin(uint64_t *full_k, uint64_t *v_ok, int it, int j, int nt
 }
 
 /* After slot j's issues: the other consumer's turn. Consumer 1's first turn comes from
- * its own arrival before slot 0, so consumer 2's arrival after the last slot would open a
- * phase that nobody completes: it is left out. */
+ * consumer 2's arrival before slot 0 (not its own: a warp that bar.arrive'd may not run
+ * another barrier instruction on that barrier before it resets, PTX ISA barrier.cta), so
+ * consumer 2's arrival after the last slot would open a phase that nobody completes: it
+ * is left out. */
 FA_DEV void h_slot_issued(int j, int nslots, int cw) {
   if (cw == 0) fa_named_bar_arrive(H_BAR_ORDER + 1, 256);
   else if (j + 1 < nslots) fa_named_bar_arrive(H_BAR_ORDER, 256);
@@ -410,7 +412,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     int jb = ja;
     while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
     const int nslots = ntiles ? ntiles + 1 : 0;
-    if (cw == 0 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* consumer 1 issues first */
+    if (cw == 1 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* opens consumer 1's first turn */
     for (int j = 0; j < nslots; j++) {
       const int st = (it + j) % H_STAGES, pst = (it + j + H_STAGES - 1) % H_STAGES;
       const int k0 = kbase + j * H_BN;

@@ -108,6 +108,7 @@ void start_thread(thread_state &t) {
   t.wgmma_acc.clear();
   t.wgmma_groups = 0;
   t.wgmma_fenced = 0;
+  memset(t.bar_arrived, 0, sizeof t.bar_arrived);
 }
 
 void run_block() {
@@ -271,6 +272,10 @@ uint64_t named_arrive(int id, int count, int *completed) {
   if (b.count == 0) b.expected = count;
   else if (b.expected != count) fail("arrivals at a named barrier phase gave different counts");
   const uint64_t g = b.gen;
+  /* PTX ISA, barrier.cta: a warp that executed barrier.arrive must not execute another
+   * barrier instruction on the same barrier before the barrier resets (unpredictable) */
+  if (E.th[E.cur].bar_arrived[id] == g + 1)
+    fail("a thread reused a named barrier it arrived at (bar.arrive) before the phase completed");
   *completed = ++b.count == b.expected;
   if (*completed) {
     b.count = 0;
@@ -288,7 +293,8 @@ void emu_named_bar_sync(int id, int count) {
 
 void emu_named_bar_arrive(int id, int count) {
   int completed;
-  named_arrive(id, count, &completed);
+  const uint64_t g = named_arrive(id, count, &completed);
+  if (!completed) E.th[E.cur].bar_arrived[id] = g + 1;
 }
 
 int emu_syncthreads_or(int pred) {

@@ -42,6 +42,7 @@ struct thread_state {
   std::vector<wgmma_op> wgmma;
   std::unordered_map<float *, std::vector<float>> wgmma_acc; /* accumulators in flight */
   int wgmma_groups, wgmma_fenced;
+  uint64_t bar_arrived[16]; /* named barrier id: 1 + the phase this thread bar.arrive'd in, or 0 */
 };
 
 struct tma_copy {
