@@ -7,7 +7,11 @@
 #  check (a CTest, run by CI after the build):
 #    cmake -DATTN_PTXAS_LOG_DIR=<dir> -P check_spills.cmake
 #  prints registers / stack / spills per kernel and architecture and fails when a flash_*
-#  kernel spills (spill stores or loads > 0) or when no report is there to read.
+#  kernel spills (spill stores or loads > 0), when ptxas serialised wgmma instructions
+#  ("Potential Performance Loss: wgmma...": the Hopper kernels' overlap would be gone), when
+#  a *_sm90 kernel does not get exactly 168 registers (setmaxnreg moves 128 x 40 + 256 x 232
+#  = 64512 = 384 x 168 of the launch's registers: with fewer, setmaxnreg.inc waits forever),
+#  or when no report is there to read.
 cmake_minimum_required(VERSION 3.25)
 
 if(NOT ATTN_PTXAS_LOG_DIR)
@@ -66,7 +70,10 @@ foreach(log IN LISTS logs)
   set(arch "")
   set(spill "")
   foreach(line IN LISTS lines)
-    if(line MATCHES "Compiling entry function '([^']+)' for '([^']+)'")
+    if(line MATCHES "Potential Performance Loss: wgmma")
+      get_filename_component(obj "${log}" NAME_WE)
+      string(APPEND bad "  ${obj}: ${line}\n")
+    elseif(line MATCHES "Compiling entry function '([^']+)' for '([^']+)'")
       set(kernel "${CMAKE_MATCH_1}")
       set(arch "${CMAKE_MATCH_2}")
     elseif(line MATCHES "([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads")
@@ -80,6 +87,9 @@ foreach(log IN LISTS logs)
       if(kernel MATCHES "^flash_" AND (stores GREATER 0 OR loads GREATER 0))
         string(APPEND bad "  ${kernel} (${arch}): ${stores} B spill stores, ${loads} B spill loads\n")
       endif()
+      if(kernel MATCHES "^flash_.*_sm90$" AND NOT regs EQUAL 168)
+        string(APPEND bad "  ${kernel} (${arch}): ${regs} registers at launch, not the 168 its setmaxnreg split needs\n")
+      endif()
       set(kernel "")
     endif()
   endforeach()
@@ -89,6 +99,6 @@ if(count EQUAL 0)
   message(FATAL_ERROR "the ptxas reports hold no kernels (was -Xptxas=-v dropped?)")
 endif()
 if(bad)
-  message(FATAL_ERROR "flash kernels spill registers to local memory:\n${bad}")
+  message(FATAL_ERROR "flash kernels spill, serialise wgmma or miss their register split:\n${bad}")
 endif()
-message("no flash kernel spills")
+message("no flash kernel spills, no serialised wgmma, sm90 kernels at 168 registers")
