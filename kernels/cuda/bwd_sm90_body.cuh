@@ -162,10 +162,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       for (int r = lane; r < G_BN; r += 32) {
         const int key = K0 + r;
         if (key >= (int)p.skv || fa_key_seen(p, FA_CAUSAL, s, key, qlo, qhi)) continue;
-        memset(sK + r * G_CB, 0, 128);
-        memset(sK + G_BN * G_CB + r * G_CB, 0, 128);
-        memset(sV + r * G_CB, 0, 128);
-        memset(sV + G_BN * G_CB + r * G_CB, 0, 128);
+        fa_zero_row128(sK + r * G_CB);
+        fa_zero_row128(sK + G_BN * G_CB + r * G_CB);
+        fa_zero_row128(sV + r * G_CB);
+        fa_zero_row128(sV + G_BN * G_CB + r * G_CB);
       }
       fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
       fa_syncwarp();

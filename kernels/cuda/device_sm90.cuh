@@ -34,6 +34,15 @@ FA_DEV uint64_t fa_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
          ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* Zeroes one 128-byte row of a swizzled tile (16-byte aligned) with 8-byte stores: a
+ * plain memset compiles to 128 byte stores. Generic-proxy writes: the caller fences
+ * (fa_fence_proxy_async) before wgmma or TMA touch the row. */
+FA_DEV void fa_zero_row128(void *row) {
+  uint64_t *q = (uint64_t *)row;
+  FA_UNROLL
+  for (int i = 0; i < 16; i++) q[i] = 0;
+}
+
 #ifndef ATTN_CUDA_EMULATE
 #include <cuda.h> /* CUtensorMap: types only; the driver is reached through cudart */
 #include <cudaTypedefs.h>

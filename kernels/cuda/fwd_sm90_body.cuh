@@ -354,8 +354,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             const int key = k0 + r;
             if (key < 0 || key >= (int)p.skv) continue;
             if (key >= T.kc0 && fa_key_seen(p, FA_CAUSAL, s, key, T.R0, T.R0 + T.rows - 1)) continue;
-            memset(v + r * H_CB, 0, 128);
-            memset(v + H_BN * H_CB + r * H_CB, 0, 128);
+            fa_zero_row128(v + r * H_CB);
+            fa_zero_row128(v + H_BN * H_CB + r * H_CB);
           }
           fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
           fa_syncwarp();
