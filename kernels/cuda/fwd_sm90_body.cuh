@@ -520,15 +520,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
   if (c->st || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
-#ifndef ATTN_CUDA_EMULATE
   static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
-  if (have_image < 0) {
-    cudaFuncAttributes a;
-    have_image = cudaFuncGetAttributes(&a, FA_FN(flash_fwd_)) == cudaSuccess;
-    (void)cudaGetLastError();
-  }
-  if (!have_image) return FA_ERR_FALLBACK;
-#endif
+  if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_fwd_))) return FA_ERR_FALLBACK;
   fa_params p = fa_params_make(c);
   p.o = c->o;
   p.lse = c->lse;

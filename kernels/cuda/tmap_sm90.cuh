@@ -1,7 +1,8 @@
 /* tmap_sm90.cuh — the host side of the sm90 kernels' TMA: one tensor map (CUtensorMap, or
  * the emulator's emu_tmap) of a [B, S, H, D] bf16/f16 view, for the forward
  * (fwd_sm90_body.cuh: Q, K, V loads, the O store) and the backward (bwd_sm90_body.cuh: Q,
- * dO, K, V loads). Each .cu includes one body, so this is a static function of its own
+ * dO, K, V loads), and whether the build has the kernels' sm_90a image for the device.
+ * Each .cu includes one body, so this is a static function of its own
  * translation unit. */
 #ifndef ATTN_CUDA_TMAP_SM90_CUH
 #define ATTN_CUDA_TMAP_SM90_CUH
@@ -60,6 +61,24 @@ static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t 
     m->strides[i] = i ? strides[i - 1] : 2;
   }
   return 0;
+#endif
+}
+
+/* 1 when this build's fatbin has code of kernel fn for the current device (an sm_90a
+ * image on a compute capability 9.0 device), else 0; asked once, kept in *cache (-1 at
+ * first). The emulator runs every kernel. */
+static int fa_sm90_has_image(int *cache, const void *fn) {
+#ifndef ATTN_CUDA_EMULATE
+  if (*cache < 0) {
+    cudaFuncAttributes a;
+    *cache = cudaFuncGetAttributes(&a, fn) == cudaSuccess;
+    (void)cudaGetLastError();
+  }
+  return *cache;
+#else
+  (void)cache;
+  (void)fn;
+  return 1;
 #endif
 }
 
