@@ -610,3 +610,14 @@ int gc_check(gc_prob *P, const gc_out *out, int bwd, const char *tag) {
   fprintf(stderr, "  ^ %s in %s\n", tag, desc);
   return 0;
 }
+
+gc_case gc_flags_case(const char *name, int m, int64_t sq, int64_t skv, int64_t wide_left) {
+  gc_case c = {.name = name, .B = 1, .Sq = sq, .Skv = skv, .Hq = 4, .Hkv = (m & 16) ? 1 : 2,
+               .D = 128, .causal = m & 1, .bhsd = (m >> 3) & 1,
+               .dtype = (m >> 2) & 1 ? ATTN_F16 : ATTN_BF16};
+  if (m & 2) c.window = 1, c.wl = (m & 4) ? 20 : wide_left, c.wr = (m & 1) ? -1 : 33;
+  if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+  c.sinks = (m >> 3) & 1;
+  c.alibi = (m >> 1) & 1;
+  return c;
+}

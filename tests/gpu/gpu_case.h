@@ -106,6 +106,11 @@ int gc_judge(const char *what, const float *got, const double *ref, const float 
 int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
                  int64_t n, const int64_t *dims, double extra);
 
+/* The hd128 bf16/f16 case of flag mask m (0-31), for the sm90 sweeps: bit 0 causal, 1
+ * ALiBi and a window (left wide_left, or 20 with bit 2; right 33, or none when causal),
+ * 2 softcap and f16, 3 sinks and [B,H,S,D] views, 4 MQA (else GQA 4:2). */
+gc_case gc_flags_case(const char *name, int m, int64_t sq, int64_t skv, int64_t wide_left);
+
 /* float -> nearest bf16 / f16 (bits), and back; gc_round is the identity for float32. */
 uint16_t gc_to_bits(float x, int dtype);
 float gc_from_bits(uint16_t h, int dtype);

@@ -352,14 +352,7 @@ static void sweep_hopper(void) {
     }
   /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
   for (int m = 0; m < 32; m += E ? 3 : 1) {
-    gc_case c = {.name = "sm90 flags", .B = 1, .Sq = E ? 150 : 300, .Skv = E ? 170 : 280,
-                 .Hq = 4, .Hkv = (m & 16) ? 1 : 2, .D = 128, .causal = m & 1,
-                 .bhsd = (m >> 3) & 1, .dtype = (m >> 2) & 1 ? ATTN_F16 : ATTN_BF16};
-    if (m & 2) c.window = 1, c.wl = (m & 4) ? 20 : 130, c.wr = (m & 1) ? -1 : 33;
-    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
-    c.sinks = (m >> 3) & 1;
-    c.alibi = (m >> 1) & 1;
-    run(c, 0);
+    run(gc_flags_case("sm90 flags", m, E ? 150 : 300, E ? 170 : 280, 130), 0);
   }
   /* many key tiles per CTA: every stage of the K/V ring reused, the pipelined steady
    * state, the warpgroups' first and last tiles apart (window), a CTA with one warpgroup idle */

@@ -248,14 +248,7 @@ static void cases(void) {
     }
   /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
   for (int m = 0; m < 32; m += E ? 5 : 1) {
-    gc_case c = {.name = "sm90 bwd flags", .B = 1, .Sq = E ? 130 : 300, .Skv = E ? 150 : 280,
-                 .Hq = 4, .Hkv = (m & 16) ? 1 : 2, .D = 128, .causal = m & 1,
-                 .bhsd = (m >> 3) & 1, .dtype = (m >> 2) & 1 ? ATTN_F16 : ATTN_BF16};
-    if (m & 2) c.window = 1, c.wl = (m & 4) ? 20 : 70, c.wr = (m & 1) ? -1 : 33;
-    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
-    c.sinks = (m >> 3) & 1;
-    c.alibi = (m >> 1) & 1;
-    run(c, 0, 0);
+    run(gc_flags_case("sm90 bwd flags", m, E ? 130 : 300, E ? 150 : 280, 70), 0, 0);
   }
   run((gc_case){.name = "sm90 bwd causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
                 .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, EXPECT_EMPTY);
