@@ -118,26 +118,25 @@ static fa_launcher hopper_bwd(const attn_cuda_problem *p, int deterministic, con
 #endif
 }
 
-static const char *last_used = "none", *last_bwd_used = "none";
+/* One direction's kernel-family choice: the family its last bf16/f16 call ran, and what
+ * was last logged (at INFO, only when the choice or its reason changes). */
+typedef struct {
+  const char *dir, *sm90;       /* "forward", and how the sm90 kernel is named in the log */
+  const char *what, *what_sm90; /* the launch-failure messages' names */
+  const char *used;             /* "none", "sm90" or "mma" */
+  const char *last_path, *last_why;
+} fa_choice;
+static fa_choice fwd_choice = {"forward", "sm90 (TMA + wgmma, warp-specialised)", "flash forward",
+                               "flash forward (sm90)", "none", NULL, NULL};
+static fa_choice bwd_choice = {"backward", "sm90 (TMA + wgmma, warp-specialised, dQ by atomics)",
+                               "flash backward", "flash backward (sm90)", "none", NULL, NULL};
 
-/* Logs the backward's kernel choice at INFO when it differs from the last one logged. */
-static void log_bwd_path(const char *path, const char *why) {
-  static const char *last_path, *last_why;
-  last_bwd_used = path[0] == 's' ? "sm90" : "mma";
-  if (path == last_path && why == last_why) return;
-  last_path = path;
-  last_why = why;
-  attn__log(ATTN_LOG_INFO, "cuda backward: %s%s%s", path, why ? " — " : "", why ? why : "");
-}
-
-/* Logs the forward's kernel choice at INFO when it differs from the last one logged. */
-static void log_path(const char *path, const char *why) {
-  static const char *last_path, *last_why;
-  last_used = path[0] == 's' ? "sm90" : "mma";
-  if (path == last_path && why == last_why) return;
-  last_path = path;
-  last_why = why;
-  attn__log(ATTN_LOG_INFO, "cuda forward: %s%s%s", path, why ? " — " : "", why ? why : "");
+static void log_choice(fa_choice *ch, const char *path, const char *why) {
+  ch->used = path == ch->sm90 ? "sm90" : "mma";
+  if (path == ch->last_path && why == ch->last_why) return;
+  ch->last_path = path;
+  ch->last_why = why;
+  attn__log(ATTN_LOG_INFO, "cuda %s: %s%s%s", ch->dir, path, why ? " — " : "", why ? why : "");
 }
 
 /* float32: one instance (causal and the head dims are read at run time). */
@@ -293,6 +292,22 @@ static attn_status launched(int err, const char *what, const fa_instance *in) {
                     attn_cuda__error_string(err));
 }
 
+/* Runs the Hopper launcher hop when there is one (NULL: why says why not) and the
+ * mma.sync one mma when hop declines or is absent, logging the choice. */
+static attn_status launch_choice(fa_choice *ch, fa_launcher hop, const char *why, fa_launcher mma,
+                                 const fa_call *c, const fa_instance *in) {
+  if (hop) {
+    const int err = hop(c);
+    if (err != FA_ERR_FALLBACK) {
+      log_choice(ch, ch->sm90, NULL);
+      return launched(err, ch->what_sm90, in);
+    }
+    why = "the sm90 launcher declined (no sm_90a image, or a view TMA cannot describe)";
+  }
+  log_choice(ch, "mma.sync", why);
+  return launched(mma(c), ch->what, in);
+}
+
 attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *lse,
                           int64_t lse_rows, void *workspace, size_t workspace_bytes,
                           void *stream) {
@@ -312,16 +327,7 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
   const char *why = NULL;
   const fa_launcher hop = hopper_fwd(p, &why);
-  if (hop) {
-    const int err = hop(&c);
-    if (err != FA_ERR_FALLBACK) {
-      log_path("sm90 (TMA + wgmma, warp-specialised)", NULL);
-      return launched(err, "flash forward (sm90)", in);
-    }
-    why = "the sm90 launcher declined (no sm_90a image, or a view TMA cannot describe)";
-  }
-  log_path("mma.sync", why);
-  return launched(in->fwd(&c), "flash forward", in);
+  return launch_choice(&fwd_choice, hop, why, in->fwd, &c, in);
 }
 
 const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
@@ -331,7 +337,7 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
   return hopper_fwd(p, &why) ? "sm90" : "mma";
 }
 
-const char *attn_cuda_last_fwd_path(void) { return last_used; }
+const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
 
 static attn_status check_state(const attn_cuda_problem *p, const attn_state *st) {
   if (!st || !st->m || !st->l || !st->acc)
@@ -437,16 +443,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
   if (p->dtype == ATTN_F32) return launched(in->bwd(&c), "flash backward", in);
   const char *why = NULL;
   const fa_launcher hop = hopper_bwd(p, c.deterministic, &why);
-  if (hop) {
-    const int err = hop(&c);
-    if (err != FA_ERR_FALLBACK) {
-      log_bwd_path("sm90 (TMA + wgmma, warp-specialised, dQ by atomics)", NULL);
-      return launched(err, "flash backward (sm90)", in);
-    }
-    why = "the sm90 launcher declined (no sm_90a image, or a view TMA cannot describe)";
-  }
-  log_bwd_path("mma.sync", why);
-  return launched(in->bwd(&c), "flash backward", in);
+  return launch_choice(&bwd_choice, hop, why, in->bwd, &c, in);
 }
 
 const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic) {
@@ -456,4 +453,4 @@ const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic) {
   return hopper_bwd(p, deterministic, &why) ? "sm90" : "mma";
 }
 
-const char *attn_cuda_last_bwd_path(void) { return last_bwd_used; }
+const char *attn_cuda_last_bwd_path(void) { return bwd_choice.used; }
