@@ -621,3 +621,31 @@ gc_case gc_flags_case(const char *name, int m, int64_t sq, int64_t skv, int64_t 
   c.alibi = (m >> 1) & 1;
   return c;
 }
+
+int64_t gc_empty_rows(const gc_prob *P) {
+  int64_t empties = 0;
+  for (int64_t i = 0; i < P->Sq; i++) {
+    int any = 0;
+    for (int64_t j = 0; j < P->Skv && !any; j++) any = P->vis[i * P->Skv + j];
+    empties += !any;
+  }
+  return empties;
+}
+
+int64_t gc_plant_unseen(gc_prob *P, float k_odd, float k_even, float v_odd, float v_even) {
+  int64_t planted = 0;
+  for (int64_t j = 0; j < P->Skv; j++) {
+    int seen = 0;
+    for (int64_t i = 0; i < P->Sq && !seen; i++) seen = P->vis[i * P->Skv + j];
+    if (seen) continue;
+    planted++;
+    for (int64_t b = 0; b < P->B; b++)
+      for (int64_t h = 0; h < P->Hkv; h++) {
+        float *k = P->k + ((b * P->Skv + j) * P->Hkv + h) * P->D;
+        float *v = P->v + ((b * P->Skv + j) * P->Hkv + h) * P->Dv;
+        for (int64_t d = 0; d < P->D; d++) k[d] = (j & 1) ? k_odd : k_even;
+        for (int64_t d = 0; d < P->Dv; d++) v[d] = (j & 1) ? v_odd : v_even;
+      }
+  }
+  return planted;
+}

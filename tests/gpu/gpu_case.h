@@ -106,6 +106,13 @@ int gc_judge(const char *what, const float *got, const double *ref, const float 
 int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
                  int64_t n, const int64_t *dims, double extra);
 
+/* Rows of P that see no key (P->vis). */
+int64_t gc_empty_rows(const gc_prob *P);
+/* Fills the K and V rows of keys that no row of P sees, on the host copies, with k_odd /
+ * k_even and v_odd / v_even by the key's parity (non-finite values: the NaN/Inf rule);
+ * the caller uploads (gc_sync). Returns how many keys were planted. */
+int64_t gc_plant_unseen(gc_prob *P, float k_odd, float k_even, float v_odd, float v_even);
+
 /* The hd128 bf16/f16 case of flag mask m (0-31), for the sm90 sweeps: bit 0 causal, 1
  * ALiBi and a window (left wide_left, or 20 with bit 2; right 33, or none when causal),
  * 2 softcap and f16, 3 sinks and [B,H,S,D] views, 4 MQA (else GQA 4:2). */

@@ -546,23 +546,8 @@ static void run_empty(gc_case c, int expect) {
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
-  int64_t planted = 0, empties = 0;
-  for (int64_t i = 0; i < P.Sq; i++) {
-    int any = 0;
-    for (int64_t j = 0; j < P.Skv && !any; j++) any = P.vis[i * P.Skv + j];
-    empties += !any;
-  }
-  for (int64_t j = 0; j < P.Skv; j++) {
-    int seen = 0;
-    for (int64_t i = 0; i < P.Sq && !seen; i++) seen = P.vis[i * P.Skv + j];
-    if (seen) continue;
-    planted++;
-    for (int64_t b = 0; b < P.B; b++)
-      for (int64_t h = 0; h < P.Hkv; h++) {
-        for (int64_t d = 0; d < P.D; d++) P.k[((b * P.Skv + j) * P.Hkv + h) * P.D + d] = (j & 1) ? NAN : -INFINITY;
-        for (int64_t d = 0; d < P.Dv; d++) P.v[((b * P.Skv + j) * P.Hkv + h) * P.Dv + d] = (j & 1) ? INFINITY : NAN;
-      }
-  }
+  const int64_t empties = gc_empty_rows(&P);
+  const int64_t planted = gc_plant_unseen(&P, NAN, -INFINITY, INFINITY, NAN);
   gc_sync(&P);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
