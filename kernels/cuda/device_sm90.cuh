@@ -5,7 +5,8 @@
  * 128-byte-swizzled descriptors) with its
  * fence / commit / wait, setmaxnreg and the async-proxy fence; for the backward
  * (bwd_sm90_body.cuh) also m64n64k16 with both operands from shared memory, K-major or both
- * MN-major (A transposed: dS^T stored key-major read as dS). With -DATTN_CUDA_EMULATE the
+ * MN-major (A transposed: dS^T stored key-major read as dS), and m64n64k16 with A from
+ * registers (the N = 64 products of head dim 64). With -DATTN_CUDA_EMULATE the
  * same names map to the host model in tests/gpu/emu.h (emu.cc writes their semantics from
  * the PTX ISA), so the kernel runs on a CPU too.
  *
@@ -180,13 +181,25 @@ FA_WGMMA_SS(fa_wgmma_ss_bf16, "bf16")
 FA_WGMMA_SS(fa_wgmma_ss_f16, "f16")
 FA_WGMMA_RS_T(fa_wgmma_rs_t_bf16, "bf16")
 FA_WGMMA_RS_T(fa_wgmma_rs_t_f16, "f16")
+/* d[32] += A B, m64n64k16: A from registers (as FA_WGMMA_RS_T), B from shared memory
+ * MN-major (transposed): P V and the backward's dV, dK at head dim 64. */
+#define FA_WGMMA_RS64_T(name, ty)                                                             \
+  FA_DEV void name(float d[32], const uint32_t a[4], uint64_t db) {                           \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " " FA_WG_REGS32     \
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"                                  \
+                 : FA_WG_D32                                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                      \
+  }
 FA_WGMMA_SS64(fa_wgmma_ss64_bf16, "bf16", "0", "0")
 FA_WGMMA_SS64(fa_wgmma_ss64_f16, "f16", "0", "0")
 FA_WGMMA_SS64(fa_wgmma_ss64_tt_bf16, "bf16", "1", "1")
 FA_WGMMA_SS64(fa_wgmma_ss64_tt_f16, "f16", "1", "1")
+FA_WGMMA_RS64_T(fa_wgmma_rs64_t_bf16, "bf16")
+FA_WGMMA_RS64_T(fa_wgmma_rs64_t_f16, "f16")
 #undef FA_WGMMA_SS
 #undef FA_WGMMA_SS64
 #undef FA_WGMMA_RS_T
+#undef FA_WGMMA_RS64_T
 #endif /* FA_SM90_DEVICE */
 
 #else /* ---- host emulation ------------------------------------------------------------ */
@@ -242,6 +255,13 @@ FA_DEV void fa_wgmma_ss64_tt_bf16(float d[32], uint64_t da, uint64_t db, int sca
 }
 FA_DEV void fa_wgmma_ss64_tt_f16(float d[32], uint64_t da, uint64_t db, int scale_d) {
   emu_wgmma(d, 64, da, nullptr, db, scale_d, 1, 1, 0);
+}
+/* m64n64k16: A from registers, B MN-major */
+FA_DEV void fa_wgmma_rs64_t_bf16(float d[32], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 64, 0, a, db, 1, 0, 1, 1);
+}
+FA_DEV void fa_wgmma_rs64_t_f16(float d[32], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 64, 0, a, db, 1, 0, 1, 0);
 }
 #endif
 

@@ -5,7 +5,8 @@
  * A and B from K-major swizzled descriptors (the start address stepped 32 bytes per k16)
  * and with A from registers and B MN-major (LBO between 64-column blocks, SBO between
  * 8-row groups) equal plain matrix products; so do m64n64k16 with both operands K-major and
- * with both MN-major from shared memory (A transposed, as the backward reads dS^T); a TMA
+ * with both MN-major from shared memory (A transposed, as the backward reads dS^T), and
+ * m64n64k16 with A from registers and B MN-major (head dim 64's P V); a TMA
  * store of two swizzled boxes, one starting above the tensor and one crossing its end,
  * writes exactly the rows inside it (rows between the boxes and past the end keep their
  * poison). Inputs are small integers (or raw 16-bit patterns), so results are exact and
@@ -38,6 +39,7 @@ struct prim_out {
   int bad_box[128], no_sm90;
   float d1[M * N], d2[M * N]; /* [row][col] */
   float d3[M * 64], d4[M * 64]; /* m64n64k16: SS K-major; SS both MN-major */
+  float d5[M * 64];             /* m64n64k16: RS, B MN-major (V's second column block) */
 };
 
 /* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
@@ -157,6 +159,14 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d64(out->d4, e, t);
+  /* D5 = 1 + P V[:, 64..127]: A from registers, B MN-major from V's second column block */
+  for (int i = 0; i < 32; i++) e[i] = 1.0f;
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++)
+    fa_wgmma_rs64_t_bf16(e, pa[kc], fa_wgmma_desc(v + K * 128 + 2048 * kc, K * 128, 1024));
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d64(out->d5, e, t);
 #else
   (void)maps;
   (void)p_bits;
@@ -274,11 +284,14 @@ int main(void) {
       if (out.d2[m * N + n] != (float)s2 && bad2++ < 5)
         printf("FAIL: RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d2[m * N + n], s2);
     }
-  int bad3 = 0, bad4 = 0;
+  int bad3 = 0, bad4 = 0, bad6 = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < 64; n++) {
-      int s3 = 0, s4 = 0;
-      for (int k = 0; k < K; k++) s3 += fA(m, k) * fB(n, k), s4 += fV(k, m) * fV(k, 64 + n);
+      int s3 = 0, s4 = 0, s6 = 1;
+      for (int k = 0; k < K; k++)
+        s3 += fA(m, k) * fB(n, k), s4 += fV(k, m) * fV(k, 64 + n), s6 += fP(m, k) * fV(k, 64 + n);
+      if (out.d5[m * 64 + n] != (float)s6 && bad6++ < 5)
+        printf("FAIL: N=64 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d5[m * 64 + n], s6);
       if (out.d3[m * 64 + n] != (float)s3 && bad3++ < 5)
         printf("FAIL: N=64 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d3[m * 64 + n], s3);
       if (out.d4[m * 64 + n] != (float)s4 && bad4++ < 5)
@@ -291,10 +304,11 @@ int main(void) {
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
-  fails += bad1 + bad2 + bad3 + bad4 + bad5;
+  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6;
   printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
-         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, TMA store %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad5, fails ? "FAILED" : "all passed");
+         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, "
+         "TMA store %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);
