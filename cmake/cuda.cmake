@@ -50,16 +50,28 @@ foreach(hd IN LISTS ATTN_CUDA_HEAD_DIMS)
   string(APPEND ATTN_CUDA_DIMS_STR "${hd}")
 endforeach()
 
-# The Hopper forward and backward (head dim 128 only): their own instances, built for
-# sm_90a alone.
+# The Hopper forward and backward: their own instances, built for sm_90a alone, at the head
+# dims each direction has (ATTN_CUDA_SM90_FWD_DIMS / _BWD_DIMS, within ATTN_CUDA_HEAD_DIMS);
+# ATTN_CUDA_SM90_DEFS tells dispatch.c which (ATTN_CUDA_SM90_FWD_HD<d>, _BWD_HD<d>).
+set(ATTN_CUDA_SM90_FWD_DIMS 128)
+set(ATTN_CUDA_SM90_BWD_DIMS 128)
 set(ATTN_CUDA_SM90_INSTANCES "")
-if("128" IN_LIST ATTN_CUDA_HEAD_DIMS)
-  foreach(dt bf16 f16)
-    foreach(causal "" "_causal")
-      list(APPEND ATTN_CUDA_SM90_INSTANCES ${ATTN_CUDA_DIR}/fwd_hd128_${dt}${causal}_sm90.cu
-           ${ATTN_CUDA_DIR}/bwd_hd128_${dt}${causal}_sm90.cu)
-    endforeach()
+set(ATTN_CUDA_SM90_DEFS "")
+foreach(dir fwd bwd)
+  string(TOUPPER ${dir} DIR)
+  foreach(hd IN LISTS ATTN_CUDA_SM90_${DIR}_DIMS)
+    if(hd IN_LIST ATTN_CUDA_HEAD_DIMS)
+      foreach(dt bf16 f16)
+        foreach(causal "" "_causal")
+          list(APPEND ATTN_CUDA_SM90_INSTANCES ${ATTN_CUDA_DIR}/${dir}_hd${hd}_${dt}${causal}_sm90.cu)
+        endforeach()
+      endforeach()
+      list(APPEND ATTN_CUDA_SM90_DEFS ATTN_CUDA_SM90_${DIR}_HD${hd})
+    endif()
   endforeach()
+endforeach()
+if(ATTN_CUDA_SM90_INSTANCES)
+  list(APPEND ATTN_CUDA_SM90_DEFS ATTN_CUDA_SM90=1)
 endif()
 
 # ---- the real CUDA build -----------------------------------------------------------------
@@ -142,8 +154,9 @@ if(ATTN_CUDA_ENABLED)
       target_compile_options(attnrun_cuda_sm90 PRIVATE -Werror=all-warnings -Xcompiler=-Werror)
     endif()
     target_sources(attnrun_cuda_kernels PRIVATE $<TARGET_OBJECTS:attnrun_cuda_sm90>)
-    target_compile_definitions(attnrun_cuda_kernels PRIVATE ATTN_CUDA_SM90=1)
-    message(STATUS "attnrun: Hopper forward and backward (sm_90a TMA + wgmma) built for head dim 128")
+    target_compile_definitions(attnrun_cuda_kernels PRIVATE ${ATTN_CUDA_SM90_DEFS})
+    message(STATUS "attnrun: Hopper (sm_90a TMA + wgmma) forward at head dims "
+                   "${ATTN_CUDA_SM90_FWD_DIMS}, backward at ${ATTN_CUDA_SM90_BWD_DIMS}")
   endif()
 
   if(TARGET attnrun)

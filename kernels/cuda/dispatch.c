@@ -1,9 +1,9 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
  * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the one-shot
- * forward and the non-deterministic backward at head dim 128 go to the Hopper kernels
- * (fwd_sm90_body.cuh, bwd_sm90_body.cuh) where they can run and ATTN_CUDA_HOPPER allows
- * it. Plain C: no CUDA headers; launch errors come back as cudaError_t values and are
+ * forward and the non-deterministic backward go to the Hopper kernels (fwd_sm90_body.cuh,
+ * bwd_sm90_body.cuh) at the head dims they are built for, where they can run and
+ * ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back as cudaError_t values and are
  * worded here. */
 #include <stdint.h>
 #include <string.h>
@@ -54,68 +54,87 @@ DECLARE_SET(hd192x128)
 
 FA_DECLARE_INSTANCE(f32)
 
-#ifdef ATTN_CUDA_SM90
-int attn_cuda__fwd_hd128_bf16_sm90(const fa_call *c);
-int attn_cuda__fwd_hd128_bf16_causal_sm90(const fa_call *c);
-int attn_cuda__fwd_hd128_f16_sm90(const fa_call *c);
-int attn_cuda__fwd_hd128_f16_causal_sm90(const fa_call *c);
-int attn_cuda__bwd_hd128_bf16_sm90(const fa_call *c);
-int attn_cuda__bwd_hd128_bf16_causal_sm90(const fa_call *c);
-int attn_cuda__bwd_hd128_f16_sm90(const fa_call *c);
-int attn_cuda__bwd_hd128_f16_causal_sm90(const fa_call *c);
+/* The Hopper instances this build has, per direction and head dim (cmake/cuda.cmake). */
+#define DECLARE_SM90(dir, hd)                                                               \
+  int attn_cuda__##dir##_##hd##_bf16_sm90(const fa_call *c);                                \
+  int attn_cuda__##dir##_##hd##_bf16_causal_sm90(const fa_call *c);                         \
+  int attn_cuda__##dir##_##hd##_f16_sm90(const fa_call *c);                                 \
+  int attn_cuda__##dir##_##hd##_f16_causal_sm90(const fa_call *c);
+#define SM90_SET(dir, d, hd)                                                                \
+  {d,                                                                                       \
+   {{attn_cuda__##dir##_##hd##_bf16_sm90, attn_cuda__##dir##_##hd##_bf16_causal_sm90},      \
+    {attn_cuda__##dir##_##hd##_f16_sm90, attn_cuda__##dir##_##hd##_f16_causal_sm90}}},
+typedef struct {
+  int d;                    /* Dqk = Dv */
+  fa_launcher k[2][2];      /* [bf16, f16][not causal, causal] */
+} sm90_set;
+#ifdef ATTN_CUDA_SM90_FWD_HD64
+DECLARE_SM90(fwd, hd64)
 #endif
+#ifdef ATTN_CUDA_SM90_FWD_HD128
+DECLARE_SM90(fwd, hd128)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD64
+DECLARE_SM90(bwd, hd64)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD128
+DECLARE_SM90(bwd, hd128)
+#endif
+static const sm90_set sm90_fwd[] = {
+#ifdef ATTN_CUDA_SM90_FWD_HD64
+    SM90_SET(fwd, 64, hd64)
+#endif
+#ifdef ATTN_CUDA_SM90_FWD_HD128
+    SM90_SET(fwd, 128, hd128)
+#endif
+    {0, {{NULL, NULL}, {NULL, NULL}}}};
+static const sm90_set sm90_bwd[] = {
+#ifdef ATTN_CUDA_SM90_BWD_HD64
+    SM90_SET(bwd, 64, hd64)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD128
+    SM90_SET(bwd, 128, hd128)
+#endif
+    {0, {{NULL, NULL}, {NULL, NULL}}}};
 
-/* ---- the Hopper forward: when it is taken ------------------------------------------------
- * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernel) on a compute
- * capability 9.0 device, for one-shot bf16/f16 forwards at head dim 128 without varlen or a
- * block mask; the launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a
- * image or TMA cannot describe a view. Everything else runs the mma.sync kernels. */
+/* ---- the Hopper kernels: when they are taken -----------------------------------------------
+ * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernels) on a compute
+ * capability 9.0 device, for bf16/f16 at a head dim the direction has an sm90 instance for
+ * (Dqk = Dv), without varlen or a block mask; the forward one-shot only (the block mode
+ * runs on mma.sync); the backward with a non-deterministic dQ (its dQ is added with float32
+ * atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
+ * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
+ * cannot describe a view. Everything else runs the mma.sync kernels. */
 static int hopper_override = -1;
 
 void attn_cuda_set_hopper(int mode) { hopper_override = mode < 0 ? -1 : mode != 0; }
 
-/* The Hopper launcher for p, or NULL with *why saying what rules it out. */
-static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
-#ifdef ATTN_CUDA_SM90
-  static const fa_launcher set[2][2] = {
-      {attn_cuda__fwd_hd128_bf16_sm90, attn_cuda__fwd_hd128_bf16_causal_sm90},
-      {attn_cuda__fwd_hd128_f16_sm90, attn_cuda__fwd_hd128_f16_causal_sm90}};
+/* The launcher of set for p, or NULL with *why saying what rules it out. */
+static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, const char **why) {
   const int on = hopper_override >= 0 ? hopper_override : (int)ATTN_PARAM("CUDA_HOPPER", 0);
-  const int cc = attn_cuda__device_cc();
   if (!on) *why = "ATTN_CUDA_HOPPER=0";
-  else if (cc != 90) *why = "the device is not compute capability 9.0";
-  else if (p->dtype == ATTN_F32 || p->Dqk != 128 || p->Dv != 128) *why = "it takes bf16/f16 at head dim 128 only";
+  else if (!set[0].d) *why = "this build has no sm_90a kernels for this direction";
+  else if (attn_cuda__device_cc() != 90) *why = "the device is not compute capability 9.0";
+  else if (p->dtype == ATTN_F32) *why = "it takes bf16/f16 only";
   else if (p->num_seqs || p->block_mask) *why = "varlen and block masks run on mma.sync";
-  else return set[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
+  else {
+    for (; set->d; set++)
+      if (p->Dqk == set->d && p->Dv == set->d) return set->k[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
+    *why = "no sm90 instance at this head dim";
+  }
   return NULL;
-#else
-  (void)p;
-  *why = "this build has no sm_90a kernels";
-  return NULL;
-#endif
 }
 
-/* ---- the Hopper backward: when it is taken ----------------------------------------------
- * The forward's conditions (ATTN_CUDA_HOPPER=1, compute capability 9.0, bf16/f16 at head
- * dim 128, no varlen or block mask), and a non-deterministic dQ: its dQ is added with
- * float32 atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels. The
- * launcher declines like the forward's (no sm_90a image, a view TMA cannot describe). */
+static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
+  return hopper_pick(sm90_fwd, p, why);
+}
+
 static fa_launcher hopper_bwd(const attn_cuda_problem *p, int deterministic, const char **why) {
-#ifdef ATTN_CUDA_SM90
-  static const fa_launcher set[2][2] = {
-      {attn_cuda__bwd_hd128_bf16_sm90, attn_cuda__bwd_hd128_bf16_causal_sm90},
-      {attn_cuda__bwd_hd128_f16_sm90, attn_cuda__bwd_hd128_f16_causal_sm90}};
-  const char *fwhy = NULL;
-  if (!hopper_fwd(p, &fwhy)) *why = fwhy;
-  else if (deterministic) *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ with atomics)";
-  else return set[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
-  return NULL;
-#else
-  (void)p;
-  (void)deterministic;
-  *why = "this build has no sm_90a kernels";
-  return NULL;
-#endif
+  if (deterministic) {
+    *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ with atomics)";
+    return NULL;
+  }
+  return hopper_pick(sm90_bwd, p, why);
 }
 
 /* One direction's kernel-family choice: the family its last bf16/f16 call ran, and what
