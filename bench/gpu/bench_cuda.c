@@ -9,8 +9,9 @@
  * forward. The backward
  * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
  * --path picks the kernels: mma (the mma.sync kernels), sm90 (the Hopper TMA + wgmma
- * kernels where they apply: bf16/f16, head dim 128; the backward without --det, as its dQ
- * is added with atomics), both, or auto (the default: both for bf16 d=128, mma elsewhere);
+ * kernels where the dispatcher takes them: bf16/f16 at the head dims they are built for;
+ * the backward without --det, as its dQ is added with atomics), both, or auto (the
+ * default: both for bf16 where sm90 applies, mma elsewhere);
  * both paths of a shape run side by side and the sm90 row says its speed relative to
  * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
@@ -306,13 +307,6 @@ int main(int argc, char **argv) {
         for (int pass = 0; pass < 1 + o.bwd; pass++)
           for (int sm90 = 0; sm90 < 2; sm90++) {
             const int64_t D = o.dqk[di], Dv = o.dv[di], N = o.ns[ni], H = o.model_dim / D;
-            /* paths of this (pass, dims, dtype): sm90 only where the Hopper kernel applies */
-            const int can90 = D == 128 && Dv == 128 && (!pass || !o.det);
-            const int want90 = can90 && (!strcmp(o.path, "sm90") || !strcmp(o.path, "both") ||
-                                         (!strcmp(o.path, "auto") && o.dtype == ATTN_BF16));
-            const int want_mma = !want90 || strcmp(o.path, "sm90");
-            if (sm90 ? !want90 : !want_mma) continue;
-            attn_cuda_set_hopper(sm90);
             const int64_t B = o.tokens / N > 0 ? o.tokens / N : 1;
             attn_spec spec = ATTN_SPEC_INIT;
             spec.num_heads_q = spec.num_heads_kv = (int32_t)H;
@@ -337,6 +331,16 @@ int main(int argc, char **argv) {
             pb.k = in;
             attn_cuda_view vin = {b.v, N * H * Dv, H * Dv, Dv};
             pb.v = vin;
+            /* paths of this (pass, dims, dtype): sm90 only where the dispatcher takes the Hopper
+             * kernels once they are switched on (both directions for a backward row) */
+            attn_cuda_set_hopper(1);
+            const int can90 = !strcmp(attn_cuda_fwd_path(&pb), "sm90") &&
+                              (!pass || !strcmp(attn_cuda_bwd_path(&pb, o.det), "sm90"));
+            const int want90 = can90 && (!strcmp(o.path, "sm90") || !strcmp(o.path, "both") ||
+                                         (!strcmp(o.path, "auto") && o.dtype == ATTN_BF16));
+            const int want_mma = !want90 || strcmp(o.path, "sm90");
+            if (sm90 ? !want90 : !want_mma) continue;
+            attn_cuda_set_hopper(sm90);
             run_args ra = {&pb, &b, B * N * H * D, B * H * N, 0, o.det};
             /* validate: one forward (and backward) before timing */
             if (run_once(&ra) != ATTN_OK) {
