@@ -1,37 +1,45 @@
-/* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dim 128 (dK, dV and dQ by
- * float32 atomics in one kernel) and its launcher; instantiated by
- * bwd_hd128_{bf16,f16}[_causal]_sm90.cu.
+/* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dims 64 and 128 (dK, dV
+ * and dQ by float32 atomics in one kernel) and its launcher; instantiated by
+ * bwd_hd{64,128}_{bf16,f16}[_causal]_sm90.cu.
  *
  * The mma.sync dK/dV kernel's split (bwd_body.cuh), on wgmma: a CTA of three warpgroups
  * owns 128 keys of one (batch, KV head) and walks the query rows that can see them, for
  * every query head of the GQA group, 64 rows a step. Warpgroup 0 is the producer: one
- * thread loads K and V once and the (Q, dO) tiles of each step into a two-stage ring with
+ * thread loads K and V once and the (Q, dO) tiles of each step into a ring (2 stages at
+ * d = 128; 4 at d = 64, where the tiles take half the room and a step half the time) with
  * TMA (128-byte swizzle, "full" mbarriers with transaction counts); its second warp
  * zero-fills the K/V rows of keys that no query of the CTA sees (so NaN/Inf there cannot
  * reach a product), then fills each stage's LSE (log2 units) and delta rows and arrives on
  * the stage's "full" barrier too. Warpgroups 1 and 2 are the consumers, 64 keys each:
- *   S^T = K Q^T and dP^T = V dO^T  (wgmma m64n64k16, both operands K-major in smem),
+ *   S^T = K Q^T and dP^T = V dO^T  (wgmma m64n64k16, both operands K-major in smem, d/16
+ *                                    k-steps over d/64 128-byte column blocks),
  *   P^T = 2^(S^T - LSE), dS^T = P^T (dP^T - delta) scale dcap  (registers, masked),
- *   dV += P^T dO, dK += dS^T Q     (m64n128k16, A = the D fragment reused as A, B MN-major),
+ *   dV += P^T dO, dK += dS^T Q     (m64n<d>k16, A = the D fragment reused as A, B MN-major),
  *   dS^T -> shared memory (two buffers), a named barrier over both consumers, then
- *   dQ[:, 64 cw..] = dS K          (m64n64k16, A = dS^T MN-major, B = K MN-major)
+ *   dQ = dS K over the 128 keys    (m64n64k16, A = dS^T MN-major, B = K MN-major)
  * added to the float32 dQ with atomics (not deterministic: ATTN_DETERMINISTIC runs the
- * mma.sync kernels). The CTA is the only writer of its dK/dV rows. What this kernel does
- * not do goes to the mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks,
- * head dims other than 128, views TMA cannot describe. */
+ * mma.sync kernels). At d = 128 consumer w computes dQ's column block w every step; at
+ * d = 64 there is one column block, and consumer (step & 1) computes it, so the two take
+ * turns (the other starts the next step) and each dQ element gets one atomic a step. The
+ * CTA is the only writer of its dK/dV rows. What this kernel does not do goes to the
+ * mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks, head dims other
+ * than 64 and 128, views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
 
-#if DQK != 128 || DV != 128
-#error "the sm90 backward is written for head dim 128"
+#if DQK != DV || (DQK != 128 && DQK != 64)
+#error "the sm90 backward is written for head dims 64 and 128"
 #endif
 
 #define G_BN 128 /* keys per CTA: two consumer warpgroups of 64 */
 #define G_BM 64  /* query rows per step */
-#define G_STAGES 2
+/* (Q, dO) ring: the room d = 64 frees buys latency cover (registers, not shared memory,
+ * hold the SM to one CTA) */
+#define G_STAGES (DQK == 64 ? 4 : 2)
 #define G_THREADS 384
 #define G_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
+#define G_NCB (DQK / G_CB) /* column blocks of a row: 2 at d = 128, 1 at d = 64 */
 #define G_KBYTES (G_BN * DQK * 2)
 #define G_VBYTES (G_BN * DV * 2)
 #define G_QBYTES (G_BM * DQK * 2)
@@ -49,20 +57,24 @@
 #define G_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 = 384 x 168, what the launch holds */
 #define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
 
+/* g_wgmma_rs_t: dV / dK += A B with N = d (m64n128k16 or m64n64k16, d/2 accumulators) */
 #if FA_BF16
 #define g_wgmma_ss64 fa_wgmma_ss64_bf16
 #define g_wgmma_ss64_tt fa_wgmma_ss64_tt_bf16
-#define g_wgmma_rs_t fa_wgmma_rs_t_bf16
+#define g_wgmma_rs_t_128 fa_wgmma_rs_t_bf16
+#define g_wgmma_rs_t_64 fa_wgmma_rs64_t_bf16
 #else
 #define g_wgmma_ss64 fa_wgmma_ss64_f16
 #define g_wgmma_ss64_tt fa_wgmma_ss64_tt_f16
-#define g_wgmma_rs_t fa_wgmma_rs_t_f16
+#define g_wgmma_rs_t_128 fa_wgmma_rs_t_f16
+#define g_wgmma_rs_t_64 fa_wgmma_rs64_t_f16
 #endif
+#define g_wgmma_rs_t FA_PASTE(g_wgmma_rs_t_, DQK)
 
 #ifndef FA_BWD90_MAPS_DEFINED
 #define FA_BWD90_MAPS_DEFINED
-/* TMA descriptors (d, s, h, b) of Q [B,sq,Hq,128], dO [B,sq,Hq,128] (boxes 64 x 64 rows),
- * K, V [B,skv,Hkv,128] (boxes 64 x 128 rows), 128-byte swizzle. */
+/* TMA descriptors (d, s, h, b) of Q [B,sq,Hq,d], dO [B,sq,Hq,d] (boxes 64 x 64 rows),
+ * K, V [B,skv,Hkv,d] (boxes 64 x 128 rows), 128-byte swizzle. */
 struct fa_bwd90_maps {
   fa_tmap q, o, k, v;
 };
@@ -102,10 +114,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
 #if FA_SM90_DEVICE
   FA_SMEM(smem_raw);
   unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
-  fa_elem *sK = (fa_elem *)smem;            /* [2 column blocks][G_BN][64], swizzled */
-  fa_elem *sV = sK + G_BN * DQK;            /* [2][G_BN][64] */
-  fa_elem *sQ = sV + G_BN * DV;             /* [G_STAGES][2][G_BM][64] */
-  fa_elem *sO = sQ + G_STAGES * G_BM * DQK; /* [G_STAGES][2][G_BM][64] dO */
+  fa_elem *sK = (fa_elem *)smem;            /* [G_NCB column blocks][G_BN][64], swizzled */
+  fa_elem *sV = sK + G_BN * DQK;            /* [G_NCB][G_BN][64] */
+  fa_elem *sQ = sV + G_BN * DV;             /* [G_STAGES][G_NCB][G_BM][64] */
+  fa_elem *sO = sQ + G_STAGES * G_BM * DQK; /* [G_STAGES][G_NCB][G_BM][64] dO */
   fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [2 buffers][G_BN keys][64 rows] dS^T, swizzled */
   float *sL = (float *)(sS + 2 * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
   float *sD = sL + G_STAGES * G_BM;            /* [G_STAGES][G_BM] delta */
@@ -141,20 +153,24 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_tmap_prefetch(&maps.k);
       fa_tmap_prefetch(&maps.v);
       fa_mbar_arrive_expect_tx(bar_kv, G_KBYTES + G_VBYTES);
-      fa_tma_load_4d(sK, &maps.k, 0, K0, hk, b, bar_kv);
-      fa_tma_load_4d(sK + G_BN * G_CB, &maps.k, G_CB, K0, hk, b, bar_kv);
-      fa_tma_load_4d(sV, &maps.v, 0, K0, hk, b, bar_kv);
-      fa_tma_load_4d(sV + G_BN * G_CB, &maps.v, G_CB, K0, hk, b, bar_kv);
+      FA_UNROLL
+      for (int cb = 0; cb < G_NCB; cb++)
+        fa_tma_load_4d(sK + cb * G_BN * G_CB, &maps.k, cb * G_CB, K0, hk, b, bar_kv);
+      FA_UNROLL
+      for (int cb = 0; cb < G_NCB; cb++)
+        fa_tma_load_4d(sV + cb * G_BN * G_CB, &maps.v, cb * G_CB, K0, hk, b, bar_kv);
       for (int it = 0; it < total; it++) {
         const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
         G_STEP(it, h, qa);
         fa_elem *q = sQ + st * G_BM * DQK, *o = sO + st * G_BM * DV;
         fa_mbar_wait(&empty[st], ph ^ 1); /* the first use of a stage passes at once */
         fa_mbar_arrive_expect_tx(&full[st], G_QBYTES + G_OBYTES);
-        fa_tma_load_4d(q, &maps.q, 0, qa, h, b, &full[st]);
-        fa_tma_load_4d(q + G_BM * G_CB, &maps.q, G_CB, qa, h, b, &full[st]);
-        fa_tma_load_4d(o, &maps.o, 0, qa, h, b, &full[st]);
-        fa_tma_load_4d(o + G_BM * G_CB, &maps.o, G_CB, qa, h, b, &full[st]);
+        FA_UNROLL
+        for (int cb = 0; cb < G_NCB; cb++)
+          fa_tma_load_4d(q + cb * G_BM * G_CB, &maps.q, cb * G_CB, qa, h, b, &full[st]);
+        FA_UNROLL
+        for (int cb = 0; cb < G_NCB; cb++)
+          fa_tma_load_4d(o + cb * G_BM * G_CB, &maps.o, cb * G_CB, qa, h, b, &full[st]);
       }
     } else if (warp == 1) {
       /* K/V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
@@ -162,10 +178,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       for (int r = lane; r < G_BN; r += 32) {
         const int key = K0 + r;
         if (key >= (int)p.skv || fa_key_seen(p, FA_CAUSAL, s, key, qlo, qhi)) continue;
-        fa_zero_row128(sK + r * G_CB);
-        fa_zero_row128(sK + G_BN * G_CB + r * G_CB);
-        fa_zero_row128(sV + r * G_CB);
-        fa_zero_row128(sV + G_BN * G_CB + r * G_CB);
+        FA_UNROLL
+        for (int cb = 0; cb < G_NCB; cb++) fa_zero_row128(sK + cb * G_BN * G_CB + r * G_CB);
+        FA_UNROLL
+        for (int cb = 0; cb < G_NCB; cb++) fa_zero_row128(sV + cb * G_BN * G_CB + r * G_CB);
       }
       fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
       fa_syncwarp();
@@ -204,9 +220,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     kdist[i] = s.qpos_row0 + s.off - s.kpos_col0 - (K0 + kr0 + 8 * i);
   }
   const uint32_t k_addr = fa_smem_addr(sK), v_addr = fa_smem_addr(sV);
-  float dK[64], dV[64]; /* m64n128 D fragments: keys 64 cw + 16 wq + g (+8), columns 8n + 2tg */
+  /* m64n<d> D fragments: keys 64 cw + 16 wq + g (+8), columns 8n + 2tg */
+  float dK[DQK / 2], dV[DV / 2];
   FA_UNROLL
-  for (int x = 0; x < 64; x++) dK[x] = dV[x] = 0.0f;
+  for (int x = 0; x < DQK / 2; x++) dK[x] = dV[x] = 0.0f;
   fa_mbar_wait(bar_kv, 0);
   fa_mbar_wait(kv_ok, 0);
 
@@ -282,9 +299,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     if (mode) {
       /* dV += P^T dO, dK += dS^T Q: A from the registers; dO / Q MN-major (d contiguous):
-       * d blocks of 64 G_BM * 128 bytes apart (LBO), 8-row groups 1024 (SBO) */
+       * d blocks of 64 G_BM * 128 bytes apart (LBO; one block at d = 64), 8-row groups
+       * 1024 (SBO) */
       FA_UNROLL
-      for (int x = 0; x < 64; x++) {
+      for (int x = 0; x < DQK / 2; x++) {
         fa_reg_fence(dK[x]);
         fa_reg_fence(dV[x]);
       }
@@ -298,7 +316,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_wgmma_commit();
       fa_wgmma_wait<0>();
       FA_UNROLL
-      for (int x = 0; x < 64; x++) {
+      for (int x = 0; x < DQK / 2; x++) {
         fa_reg_fence(dK[x]);
         fa_reg_fence(dV[x]);
       }
@@ -309,19 +327,23 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
      * step it - 1, so buffer (it + 1) & 1 may be rewritten at step it + 1. Every step syncs,
      * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
      * while the other's dQ wgmma of step it still reads it (the wait of that wgmma is the
-     * only thing that ends its reads, PTX ISA wgmma.wait_group). */
+     * only thing that ends its reads, PTX ISA wgmma.wait_group). At d = 64 only consumer
+     * (it & 1) reads buffer it & 1, and it too waits before the barrier of step it + 1. */
     fa_named_bar_sync(G_BAR_DS, 256);
-    if (!any) continue; /* the same for both consumers */
-    /* dQ[:, 64 cw + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
-     * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block cw,
+    /* the same for both consumers: at d = 128 each has a column block, at d = 64 they
+     * take turns */
+    if (!any || (G_NCB == 1 && (it & 1) != cw)) continue;
+    /* dQ[:, 64 qb + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
+     * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block qb,
      * MN-major the same way */
+    const int qb = G_NCB == 2 ? cw : 0;
     float dQ[32];
     const uint32_t s_addr = fa_smem_addr(sbuf);
     fa_wgmma_fence();
     FA_UNROLL
     for (int kc = 0; kc < G_BN / 16; kc++)
       g_wgmma_ss64_tt(dQ, fa_wgmma_desc(s_addr + (uint32_t)kc * 16 * 128, G_BN * 128, 1024),
-                      fa_wgmma_desc(k_addr + (uint32_t)cw * G_BN * 128 + (uint32_t)kc * 16 * 128,
+                      fa_wgmma_desc(k_addr + (uint32_t)qb * G_BN * 128 + (uint32_t)kc * 16 * 128,
                                     G_BN * 128, 1024),
                       kc > 0);
     fa_wgmma_commit();
@@ -332,7 +354,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     for (int i = 0; i < 2; i++) {
       const int q = qa + 16 * wq + g + 8 * i;
       if (q > qhi) continue;
-      float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * cw;
+      float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * qb;
       FA_UNROLL
       for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
     }
@@ -362,10 +384,10 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_bwd_))) return FA_ERR_FALLBACK;
   fa_params p = fa_bwd_params(c);
   fa_bwd90_maps maps;
-  if (fa_sm90_tmap(&maps.q, pb->q, 128, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
-      fa_sm90_tmap(&maps.o, c->dout, 128, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
-      fa_sm90_tmap(&maps.k, pb->k, 128, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16) ||
-      fa_sm90_tmap(&maps.v, pb->v, 128, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16))
+  if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.o, c->dout, DV, pb->sq, pb->Hq, pb->B, G_BM, FA_BF16) ||
+      fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16) ||
+      fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16))
     return FA_ERR_FALLBACK;
   const int64_t grid_k = (pb->skv + G_BN - 1) / G_BN;
   p.ntiles = grid_k;
