@@ -224,8 +224,8 @@ FA_DEV void fa_bulk_commit(void) { emu_bulk_commit(); }
 template <int N> FA_DEV void fa_bulk_wait_read(void) { emu_bulk_wait_read(N); }
 FA_DEV void fa_tmap_prefetch(const fa_tmap *) {}
 FA_DEV void fa_fence_proxy_async(void) { emu_fence_proxy_async(); }
-template <int N> FA_DEV void fa_setmaxnreg_dec(void) {}
-template <int N> FA_DEV void fa_setmaxnreg_inc(void) {}
+template <int N> FA_DEV void fa_setmaxnreg_dec(void) { emu_setmaxnreg(N, 0); }
+template <int N> FA_DEV void fa_setmaxnreg_inc(void) { emu_setmaxnreg(N, 1); }
 FA_DEV int fa_warp_uniform(int x) { return x; }
 FA_DEV void fa_wgmma_fence(void) { emu_wgmma_fence(); }
 FA_DEV void fa_wgmma_commit(void) { emu_wgmma_commit(); }

@@ -47,20 +47,10 @@ static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t 
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
 #else
-  (void)bf16; /* the emulator's TMA moves bytes */
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
+  (void)bf16; /* the emulator's TMA moves bytes; it checks what the driver checks */
   const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
   const uint32_t box[4] = {FA_TMAP_CB, (uint32_t)box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 2;
-  }
-  return 0;
+  return emu_tmap_encode(m, v.p, 4, 2, dims, strides, box, 128) ? FA_ERR_FALLBACK : 0;
 #endif
 }
 

@@ -184,14 +184,12 @@ static uint16_t bf16_of_int(int x) { /* small integers are exact in bf16 */
 
 static void make_map(fa_tmap *m, const void *base, uint64_t cols, uint64_t rows, uint32_t box_rows) {
 #ifdef ATTN_CUDA_EMULATE
-  memset(m, 0, sizeof *m);
-  m->base = base;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {cols, rows, 1, 1}, strides[4] = {2, cols * 2, cols * rows * 2, cols * rows * 2};
+  const uint64_t dims[4] = {cols, rows, 1, 1}, strides[3] = {cols * 2, cols * rows * 2, cols * rows * 2};
   const uint32_t box[4] = {64, box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) m->dims[i] = dims[i], m->strides[i] = strides[i], m->box[i] = box[i];
+  if (emu_tmap_encode(m, base, 4, 2, dims, strides, box, 128)) {
+    fprintf(stderr, "emu_tmap_encode failed\n");
+    exit(1);
+  }
 #else
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
