@@ -246,6 +246,9 @@ using namespace emu_detail;
 void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body) {
   const int n = (int)(block.x * block.y * block.z);
   if (n <= 0 || n > 1024) fail("block size out of range");
+  /* sm_90's opt-in maximum (cudaFuncAttributeMaxDynamicSharedMemorySize), the most any
+   * device allows; sm_80 allows 163 KB */
+  if (smem_bytes > 227 * 1024) fail("more than the 227 KB of dynamic shared memory a block may have");
   ensure_stacks(n);
   std::vector<unsigned char> smem(smem_bytes + 16);
   E.smem = smem.data();
