@@ -12,6 +12,19 @@
 
 #define FA_TMAP_CB 64 /* box columns: one 128-byte swizzled column block of 16-bit elements */
 
+#ifndef ATTN_CUDA_EMULATE
+static PFN_cuTensorMapEncodeTiled_v12000 fa_tmap_encoder(void) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+          cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    fn = NULL;
+  (void)cudaGetLastError();
+  return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+#endif
+
 /* A 4-d map (d, s, h, b) of the view v (extents D, S, H, B, in elements of 2 bytes) with
  * boxes of FA_TMAP_CB columns x box_rows rows, 128-byte swizzle, elements outside the
  * tensor read as 0 (loads) and not written (stores). 0, or FA_ERR_FALLBACK when TMA cannot
@@ -29,16 +42,10 @@ static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t 
     strides[i] = (uint64_t)bytes;
   }
 #ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
+  /* looked up once (a function-local static: thread-safe initialisation), NULL when the
+   * driver has no cuTensorMapEncodeTiled of the 12.0 ABI */
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = fa_tmap_encoder();
+  if (!encode) return FA_ERR_FALLBACK;
   const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
   const cuuint32_t box[4] = {FA_TMAP_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
   const CUresult r = encode(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,

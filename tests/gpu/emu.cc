@@ -453,6 +453,12 @@ void emu_cp_wait(int pending_groups) {
   t.copies.swap(keep);
 }
 
+void emu_atomic_add2(float *p, float a, float b) {
+  if ((uintptr_t)p % 8) fail("float2 atomicAdd at an address that is not 8-byte aligned");
+  p[0] += a;
+  p[1] += b;
+}
+
 uint32_t emu_pack_bf16(float lo, float hi) {
   return (uint32_t)bits_f32_to_bf16(lo) | ((uint32_t)bits_f32_to_bf16(hi) << 16);
 }

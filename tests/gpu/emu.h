@@ -125,6 +125,10 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
 /* The shared-memory address swizzle of a mode (bytes 0, 32, 64, 128). */
 uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes);
 
+/* p[0] += a, p[1] += b as one float2 atomicAdd (red.global.add.v2.f32, sm_90): p must be
+ * 8-byte aligned (an abort, as the GPU's misaligned-address fault). */
+void emu_atomic_add2(float *p, float a, float b);
+
 uint32_t emu_pack_bf16(float lo, float hi);
 uint32_t emu_pack_f16(float lo, float hi);
 float emu_bf16_to_float(uint16_t h);
