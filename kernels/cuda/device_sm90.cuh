@@ -131,6 +131,9 @@ template <int N> FA_DEV void fa_wgmma_wait(void) {
 }
 /* Keeps the compiler from moving accesses of an accumulator across a wgmma fence / wait. */
 FA_DEV void fa_reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+/* The same for a packed A-fragment register: its last write stays before the wgmma.fence
+ * (PTX ISA wgmma.fence: register writes of A fragments must precede it). */
+FA_DEV void fa_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
 
 #define FA_WG_D8(i)                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
@@ -224,13 +227,14 @@ FA_DEV void fa_bulk_commit(void) { emu_bulk_commit(); }
 template <int N> FA_DEV void fa_bulk_wait_read(void) { emu_bulk_wait_read(N); }
 FA_DEV void fa_tmap_prefetch(const fa_tmap *) {}
 FA_DEV void fa_fence_proxy_async(void) { emu_fence_proxy_async(); }
-template <int N> FA_DEV void fa_setmaxnreg_dec(void) {}
-template <int N> FA_DEV void fa_setmaxnreg_inc(void) {}
+template <int N> FA_DEV void fa_setmaxnreg_dec(void) { emu_setmaxnreg(N, 0); }
+template <int N> FA_DEV void fa_setmaxnreg_inc(void) { emu_setmaxnreg(N, 1); }
 FA_DEV int fa_warp_uniform(int x) { return x; }
 FA_DEV void fa_wgmma_fence(void) { emu_wgmma_fence(); }
 FA_DEV void fa_wgmma_commit(void) { emu_wgmma_commit(); }
 template <int N> FA_DEV void fa_wgmma_wait(void) { emu_wgmma_wait(N); }
 FA_DEV void fa_reg_fence(float &) {}
+FA_DEV void fa_reg_fence_u32(uint32_t &) {}
 FA_DEV void fa_wgmma_ss_bf16(float d[64], uint64_t da, uint64_t db, int scale_d) {
   emu_wgmma(d, 128, da, nullptr, db, scale_d, 0, 0, 1);
 }

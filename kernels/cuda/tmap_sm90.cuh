@@ -12,6 +12,19 @@
 
 #define FA_TMAP_CB 64 /* box columns: one 128-byte swizzled column block of 16-bit elements */
 
+#ifndef ATTN_CUDA_EMULATE
+static PFN_cuTensorMapEncodeTiled_v12000 fa_tmap_encoder(void) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+          cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    fn = NULL;
+  (void)cudaGetLastError();
+  return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+#endif
+
 /* A 4-d map (d, s, h, b) of the view v (extents D, S, H, B, in elements of 2 bytes) with
  * boxes of FA_TMAP_CB columns x box_rows rows, 128-byte swizzle, elements outside the
  * tensor read as 0 (loads) and not written (stores). 0, or FA_ERR_FALLBACK when TMA cannot
@@ -29,16 +42,10 @@ static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t 
     strides[i] = (uint64_t)bytes;
   }
 #ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
+  /* looked up once (a function-local static: thread-safe initialisation), NULL when the
+   * driver has no cuTensorMapEncodeTiled of the 12.0 ABI */
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = fa_tmap_encoder();
+  if (!encode) return FA_ERR_FALLBACK;
   const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
   const cuuint32_t box[4] = {FA_TMAP_CB, (cuuint32_t)box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
   const CUresult r = encode(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -47,20 +54,10 @@ static int fa_sm90_tmap(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t 
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
 #else
-  (void)bf16; /* the emulator's TMA moves bytes */
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
+  (void)bf16; /* the emulator's TMA moves bytes; it checks what the driver checks */
   const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
   const uint32_t box[4] = {FA_TMAP_CB, (uint32_t)box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 2;
-  }
-  return 0;
+  return emu_tmap_encode(m, v.p, 4, 2, dims, strides, box, 128) ? FA_ERR_FALLBACK : 0;
 #endif
 }
 

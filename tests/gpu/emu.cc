@@ -117,10 +117,19 @@ void run_block() {
   E.warps.assign((size_t)(n + 31) / 32, warp_state());
   E.wgs.assign((size_t)(n + 127) / 128, wg_state());
   E.mbars.clear();
+  E.wgmma_inflight.clear();
   E.bar_count = 0;
   E.bar_or = 0;
   for (named_bar &b : E.named) b = named_bar{0, 0, 0};
   memset(E.smem, 0xFF, E.smem_bytes);
+  memset(E.async_smem.data(), 0xFF, E.smem_bytes);
+  /* the dynamic shared memory of a block starts 16-byte aligned, not necessarily more
+   * (after static shared memory on a GPU): 1024 + 16 j, j = 1 .. 63 */
+  E.smem_base = 1024 + 16 * (uint32_t)(1 + next_rand() % 63);
+  E.launch_regs = (65536 / n < 255 ? 65536 / n : 255) & ~7;
+  E.reg_pool = 0;
+  E.reg_waiters = 0;
+  for (wg_state &w : E.wgs) w.regs = E.launch_regs;
   int alive = n;
   std::vector<int> order((size_t)n);
   for (int i = 0; i < n; i++) order[i] = i;
@@ -144,7 +153,12 @@ void run_block() {
       progress = 1;
       if (t.done) alive--;
     }
-    if (!progress) fail("deadlock: threads wait at a barrier or warp collective that others left");
+    if (!progress) {
+      if (E.reg_waiters)
+        fprintf(stderr, "emu: %d warpgroup(s) wait in setmaxnreg.inc for registers the CTA's pool (%lld) "
+                        "never gets\n", E.reg_waiters, (long long)E.reg_pool);
+      fail("deadlock: threads wait at a barrier or warp collective that others left");
+    }
   }
   for (const named_bar &b : E.named)
     if (b.count) fail("block ended with a named barrier phase half-filled");
@@ -187,6 +201,19 @@ void check_smem(const void *p, size_t bytes, const char *what) {
   }
 }
 
+unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what) {
+  if (addr < E.smem_base) {
+    fprintf(stderr, "emu: %s at shared address %u, below the block's dynamic shared memory (%u)\n", what,
+            addr, E.smem_base);
+    fail("shared memory out of bounds");
+  }
+  unsigned char *p = E.smem + (addr - E.smem_base);
+  check_smem(p, bytes, what);
+  return p;
+}
+
+unsigned char *async_at(uint32_t addr) { return E.async_smem.data() + (addr - E.smem_base); }
+
 uint16_t bits_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -219,10 +246,14 @@ using namespace emu_detail;
 void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body) {
   const int n = (int)(block.x * block.y * block.z);
   if (n <= 0 || n > 1024) fail("block size out of range");
+  /* sm_90's opt-in maximum (cudaFuncAttributeMaxDynamicSharedMemorySize), the most any
+   * device allows; sm_80 allows 163 KB */
+  if (smem_bytes > 227 * 1024) fail("more than the 227 KB of dynamic shared memory a block may have");
   ensure_stacks(n);
   std::vector<unsigned char> smem(smem_bytes + 16);
   E.smem = smem.data();
   E.smem_bytes = smem_bytes;
+  E.async_smem.assign(smem_bytes + 16, 0xFF);
   E.nthreads = n;
   E.body = &body;
   emu_blockDim = block;
@@ -267,6 +298,8 @@ namespace {
  * arrival completed the phase, through *completed). */
 uint64_t named_arrive(int id, int count, int *completed) {
   if (id < 0 || id >= kNamedBars) fail("named barrier id outside 0-15");
+  /* barrier 0 is __syncthreads' (bar.sync 0): the model keeps it apart, a GPU does not */
+  if (id == 0) fail("named barrier 0 used with a count: it is the one __syncthreads uses");
   if (count <= 0 || count % 32 || count > E.nthreads) fail("named barrier count not a multiple of 32 within the block");
   named_bar &b = E.named[id];
   if (b.count == 0) b.expected = count;
@@ -418,6 +451,12 @@ void emu_cp_wait(int pending_groups) {
     }
   }
   t.copies.swap(keep);
+}
+
+void emu_atomic_add2(float *p, float a, float b) {
+  if ((uintptr_t)p % 8) fail("float2 atomicAdd at an address that is not 8-byte aligned");
+  p[0] += a;
+  p[1] += b;
 }
 
 uint32_t emu_pack_bf16(float lo, float hi) {

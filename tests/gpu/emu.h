@@ -53,20 +53,48 @@ void emu_cp_commit(void);
 void emu_cp_wait(int pending_groups);
 
 /* ---- sm_90 (kernels/cuda/device_sm90.cuh) ------------------------------------------
- * Shared addresses are byte offsets from the block's shared memory (the swizzle patterns
- * key on them). mbarriers: phases complete when the arrivals of the init count are in and
- * the transaction count is back to 0; a wait blocks until the phase of the given parity
- * has completed. TMA loads read global memory and land (swizzled, out-of-range elements
- * 0) only when some thread waits on their mbarrier; their destination reads as NaN
- * before. wgmma is a warpgroup collective (4 consecutive warps): operands are taken at
- * the issue, the accumulators read as NaN until the thread's wgmma.wait_group retires
- * the group, and an mma_async needs a wgmma.fence since the thread's last wait. */
+ * Shared addresses are byte offsets in the block's shared window, whose dynamic part
+ * starts at a random 16-byte-aligned (not 1024-byte-aligned) address each block: kernels
+ * must align their swizzled tiles themselves (the swizzle patterns key on the address).
+ * Shared memory has two views, as the PTX ISA's proxies: what threads read and write (the
+ * generic proxy) and what TMA and wgmma read (the async proxy). TMA loads write both;
+ * thread stores reach the async view only at a fence.proxy.async (any thread's: the
+ * model publishes every store made so far). wgmma and TMA stores abort when a byte they
+ * read differs between the views (a store without the fence).
+ * mbarriers: phases complete when the arrivals of the init count are in and the
+ * transaction count is back to 0 (both counts checked against the ISA's 2^20 - 1); a
+ * wait blocks until the phase of the given parity has completed. TMA loads read global
+ * memory and land (swizzled, out-of-range elements 0) only when some thread waits on
+ * their mbarrier; their destination reads as NaN before. wgmma is a warpgroup collective
+ * (4 consecutive warps): operands are read at the issue and must be unchanged when each
+ * warp's wgmma.wait_group retires the group (shared memory and the A registers: else an
+ * abort), the accumulators read as NaN until then (and must not be written: an abort),
+ * an mma_async needs a wgmma.fence since the thread's last wait, and a swizzled
+ * descriptor's start must lie in the first 128-byte row of its swizzle pattern (base
+ * offset 0 is all the model knows). */
 struct emu_tmap {
   const void *base;
   int rank, elem_bytes, swizzle_bytes; /* swizzle: 0 (none), 32, 64 or 128 */
   uint64_t dims[5], strides[5];        /* elements; bytes (strides[0] = elem_bytes) */
   uint32_t box[5];
 };
+/* cuTensorMapEncodeTiled for the emulator, with the driver's checks (CUDA driver API,
+ * "Tensor Map Object Management"): rank 1-5, base 16-byte aligned, dims 1 to 2^32, the
+ * rank - 1 outer strides (bytes, strides[i] for dimension i + 1) multiples of 16 below
+ * 2^40, box extents 1 to 256 with box[0] * elem_bytes a multiple of 16 and, swizzled, at
+ * most the swizzle span. 0 with *m filled, or -1 where the driver returns
+ * CUDA_ERROR_INVALID_VALUE. */
+int emu_tmap_encode(emu_tmap *m, const void *base, int rank, int elem_bytes, const uint64_t *dims,
+                    const uint64_t *strides, const uint32_t *box, int swizzle_bytes);
+/* setmaxnreg.{inc,dec}.sync.aligned.u32 n (inc 1 / 0), PTX ISA rules: n a multiple of 8 in
+ * 24-256, the same instruction from every thread of the warpgroup (a collective), dec not
+ * above and inc not below the warpgroup's count, registers moved through a per-CTA pool
+ * that starts empty: inc blocks until earlier decs have released enough (a deadlock, with
+ * a message, if they never do). Every warpgroup starts at the launch's count, taken as
+ * the most a __launch_bounds__(threads, 1) kernel gets (65536 / threads, down to a
+ * multiple of 8, at most 255): cuda_ptxas_spills checks that ptxas gave the sm90 kernels
+ * exactly that. */
+void emu_setmaxnreg(int n, int inc);
 uint32_t emu_smem_addr(const void *p);
 void emu_mbar_init(uint64_t *bar, int count);
 /* Adds tx_bytes to the transaction count, then arrives (mbarrier.arrive.expect_tx). */
@@ -96,6 +124,10 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
                int scale_d, int trans_a, int trans_b, int is_bf16);
 /* The shared-memory address swizzle of a mode (bytes 0, 32, 64, 128). */
 uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes);
+
+/* p[0] += a, p[1] += b as one float2 atomicAdd (red.global.add.v2.f32, sm_90): p must be
+ * 8-byte aligned (an abort, as the GPU's misaligned-address fault). */
+void emu_atomic_add2(float *p, float a, float b);
 
 uint32_t emu_pack_bf16(float lo, float hi);
 uint32_t emu_pack_f16(float lo, float hi);

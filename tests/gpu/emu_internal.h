@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -23,12 +24,25 @@ struct pending_copy {
   int group;
 };
 
-/* A wgmma.mma_async in flight: its operands as taken at the issue. */
+/* The operands of one warpgroup-wide wgmma.mma_async, read once at the issue: A [64][16]
+ * and B [n][16] as floats, and the shared addresses and bits of the elements read from
+ * shared memory (re-read at the waits: they must not change before). */
+struct wgmma_operands {
+  std::vector<float> a, b;
+  std::vector<uint32_t> addr;
+  std::vector<uint16_t> bits;
+  unsigned warps_checked = 0; /* warps of the group whose wait has re-read them */
+  int retired = 0;            /* threads whose wait has retired it: in flight below 128 */
+};
+
+/* A wgmma.mma_async in flight: the warpgroup's operands, and this thread's A registers
+ * as they were at the issue (a_src NULL when A came from shared memory). */
 struct wgmma_op {
   float *d;
-  int n, scale_d, trans_a, trans_b, bf16, group;
-  uint64_t da, db;
-  std::vector<float> a; /* [64][16] when A came from registers */
+  int n, scale_d, group;
+  std::shared_ptr<wgmma_operands> ops;
+  const uint32_t *a_src;
+  uint32_t a_val[4];
 };
 
 struct thread_state {
@@ -84,8 +98,12 @@ struct wg_state {
   int count;
   uint64_t gen;
   wg_slot slot[2][128];
+  std::shared_ptr<wgmma_operands> ops[2]; /* built by the issue's last arrival */
   uint32_t fenced[4];      /* threads with fence.proxy.async since the last bulk commit */
   bulk_thread bulk[128];
+  int regs;                /* setmaxnreg: the per-thread register count of its warps */
+  int nreg_count, nreg_req[128];
+  uint64_t nreg_gen;
 };
 
 struct warp_slot {
@@ -115,11 +133,18 @@ struct emulator {
   std::vector<warp_state> warps;
   std::vector<wg_state> wgs;
   std::unordered_map<uint32_t, mbarrier> mbars; /* by shared address */
+  std::vector<std::shared_ptr<wgmma_operands>> wgmma_inflight; /* not retired by every thread */
   int nthreads = 0, cur = -1;
   void *sched_sp = nullptr;
   const std::function<void()> *body = nullptr;
-  unsigned char *smem = nullptr;
+  unsigned char *smem = nullptr; /* the generic proxy's view */
+  std::vector<unsigned char> async_smem; /* the async proxy's (emu.h) */
   size_t smem_bytes = 0;
+  uint32_t smem_base = 0; /* shared address of smem[0] */
+  int launch_regs = 0;    /* setmaxnreg: each warp's count at launch, the CTA's pool */
+  int64_t reg_pool = 0;
+  uint64_t reg_pool_gen = 0;
+  int reg_waiters = 0; /* warpgroups blocked in setmaxnreg.inc */
   int bar_count = 0;
   uint64_t bar_gen = 0;
   int bar_or = 0, bar_or_result = 0;
@@ -135,6 +160,10 @@ extern emulator E;
 void block_on(const uint64_t *gen, uint64_t val);
 /* Aborts with a message unless [p, p + bytes) lies in the block's shared memory. */
 void check_smem(const void *p, size_t bytes, const char *what);
+/* The generic view's byte at shared address addr ([addr, addr + bytes) bounds-checked), and
+ * the async view's. */
+unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what);
+unsigned char *async_at(uint32_t addr);
 
 } // namespace emu_detail
 

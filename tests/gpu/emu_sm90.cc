@@ -1,7 +1,8 @@
 /* emu_sm90.cc — the CUDA emulator's sm_90 model behind emu.h: mbarriers with transaction
- * counts, TMA tile loads and stores (bulk async-groups) with their swizzle, and
- * wgmma.mma_async (descriptors, canonical layouts, async groups), as the PTX ISA states
- * them. Test-only. */
+ * counts, TMA tile loads and stores (bulk async-groups) with their swizzle and the
+ * driver's tensor-map checks, the async proxy's view of shared memory and
+ * fence.proxy.async, wgmma.mma_async (descriptors, canonical layouts, async groups) and
+ * setmaxnreg, as the PTX ISA states them. Test-only. */
 #include "emu_internal.h"
 
 #include <math.h>
@@ -12,7 +13,7 @@ using namespace emu_detail;
 /* ---- sm_90: mbarriers, TMA, wgmma ------------------------------------------------------ */
 uint32_t emu_smem_addr(const void *p) {
   check_smem(p, 1, "shared address");
-  return (uint32_t)((const unsigned char *)p - E.smem);
+  return E.smem_base + (uint32_t)((const unsigned char *)p - E.smem);
 }
 
 /* Swizzle<B,4,3>: the 16-byte chunk bits [4, 4+B) XOR the 128-byte row bits [7, 7+B),
@@ -30,7 +31,10 @@ mbarrier &mbar_at(uint64_t *bar) {
   return it->second;
 }
 
+const int64_t kMbarMax = (1 << 20) - 1; /* PTX ISA: the counts' range, +-(2^20 - 1) */
+
 void mbar_maybe_complete(mbarrier &m) {
+  if (m.tx > kMbarMax || m.tx < -kMbarMax) fail("mbarrier tx-count outside +-(2^20 - 1)");
   if (m.pending == 0 && m.tx == 0) {
     m.phase++;
     m.version++;
@@ -82,32 +86,61 @@ void check_smem_box(const void *p, const emu_tmap &map, uint32_t bytes, const ch
 }
 
 /* Lands one TMA box: element (x0..x4) of the box at coordinates c + x (0 outside the
- * tensor), at the swizzled address of its row-major offset in the box. */
+ * tensor), at the swizzled address of its row-major offset in the box, in both views. */
 void tma_land(const tma_copy &c) {
   const emu_tmap &m = c.map;
-  const uint32_t base = (uint32_t)(c.dst - E.smem), eb = (uint32_t)m.elem_bytes;
+  const uint32_t base = emu_smem_addr(c.dst), eb = (uint32_t)m.elem_bytes;
   box_walk(m, c.c, [&](uint32_t L, const unsigned char *g) {
-    unsigned char *dst = E.smem + emu_swizzle(base + L, m.swizzle_bytes);
+    const uint32_t a = emu_swizzle(base + L, m.swizzle_bytes);
+    unsigned char *dst = smem_at(a, eb, "TMA load destination");
     if (g) memcpy(dst, g, eb);
     else memset(dst, 0, eb);
+    memcpy(async_at(a), dst, eb);
   });
 }
 
-/* A TMA store's box as shared memory holds it now, in box order. */
-std::vector<unsigned char> store_read(const bulk_store &s) {
-  const uint32_t base = (uint32_t)(s.src - E.smem), eb = (uint32_t)s.map.elem_bytes;
+/* A TMA store's box as one view of shared memory holds it now (async: what TMA reads), in
+ * box order. */
+std::vector<unsigned char> store_read(const bulk_store &s, int async) {
+  const uint32_t base = emu_smem_addr(s.src), eb = (uint32_t)s.map.elem_bytes;
   std::vector<unsigned char> out(box_bytes(s.map));
   box_walk(s.map, s.c, [&](uint32_t L, const unsigned char *) {
-    memcpy(out.data() + L, E.smem + emu_swizzle(base + L, s.map.swizzle_bytes), eb);
+    const uint32_t a = emu_swizzle(base + L, s.map.swizzle_bytes);
+    const unsigned char *p = smem_at(a, eb, "TMA store source");
+    memcpy(out.data() + L, async ? async_at(a) : p, eb);
   });
   return out;
 }
 } // namespace
 
+int emu_tmap_encode(emu_tmap *m, const void *base, int rank, int elem_bytes, const uint64_t *dims,
+                    const uint64_t *strides, const uint32_t *box, int swizzle_bytes) {
+  if (rank < 1 || rank > 5 || (uintptr_t)base % 16) return -1;
+  if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) return -1;
+  if (swizzle_bytes != 0 && swizzle_bytes != 32 && swizzle_bytes != 64 && swizzle_bytes != 128) return -1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 1 || dims[i] > ((uint64_t)1 << 32) || box[i] < 1 || box[i] > 256) return -1;
+    if (i && (strides[i - 1] % 16 || strides[i - 1] >= ((uint64_t)1 << 40))) return -1;
+  }
+  const uint32_t inner = box[0] * (uint32_t)elem_bytes;
+  if (inner % 16 || (swizzle_bytes && inner > (uint32_t)swizzle_bytes)) return -1;
+  memset(m, 0, sizeof *m);
+  m->base = base;
+  m->rank = rank;
+  m->elem_bytes = elem_bytes;
+  m->swizzle_bytes = swizzle_bytes;
+  for (int i = 0; i < rank; i++) {
+    m->dims[i] = dims[i];
+    m->box[i] = box[i];
+    m->strides[i] = i ? strides[i - 1] : (uint64_t)elem_bytes;
+  }
+  return 0;
+}
+
 void emu_mbar_init(uint64_t *bar, int count) {
   check_smem(bar, 8, "mbarrier");
   if ((uintptr_t)bar % 8) fail("mbarrier not 8-byte aligned");
-  if (count < 1) fail("mbarrier.init count must be positive");
+  if (count < 1 || count > kMbarMax) fail("mbarrier.init count outside 1 .. 2^20 - 1");
   mbarrier m;
   m.expected = m.pending = count;
   m.tx = 0;
@@ -139,6 +172,34 @@ void emu_mbar_wait(uint64_t *bar, int parity) {
   }
 }
 
+namespace {
+/* A TMA load may not overwrite what the async proxy still reads: operands of a wgmma in
+ * flight (in any thread) or the box of a TMA store not yet past its wait_group.read. */
+void check_tma_overwrite(uint32_t dst, uint32_t bytes) {
+  auto &fl = E.wgmma_inflight;
+  for (size_t i = 0; i < fl.size();) {
+    if (fl[i]->retired == 128) {
+      fl[i] = fl.back();
+      fl.pop_back();
+      continue;
+    }
+    for (uint32_t a : fl[i]->addr)
+      if (a - dst < bytes) {
+        fprintf(stderr, "emu: shared address %u\n", a);
+        fail("TMA load overwrites shared memory that a wgmma.mma_async in flight reads");
+      }
+    i++;
+  }
+  for (const wg_state &w : E.wgs)
+    for (const bulk_thread &b : w.bulk)
+      for (const bulk_store &st : b.stores) {
+        const uint32_t s0 = emu_smem_addr(st.src), s1 = s0 + box_bytes(st.map);
+        if (s0 < dst + bytes && dst < s1)
+          fail("TMA load overwrites the box of a TMA store before its cp.async.bulk.wait_group.read");
+      }
+}
+} // namespace
+
 void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar) {
   mbarrier &m = mbar_at(bar);
   tma_copy c;
@@ -147,7 +208,9 @@ void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64
   c.bytes = box_bytes(*map);
   for (int i = 0; i < 5; i++) c.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_dst, *map, c.bytes, "TMA load destination");
-  memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN */
+  check_tma_overwrite(emu_smem_addr(smem_dst), c.bytes);
+  memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN (both views) */
+  memset(async_at(emu_smem_addr(smem_dst)), 0xFF, c.bytes);
   m.copies.push_back(c);
   m.version++;
 }
@@ -158,9 +221,12 @@ wg_state &my_wg(void) { return E.wgs[(size_t)E.cur / 128]; }
 bulk_thread &my_bulk(void) { return my_wg().bulk[E.cur % 128]; }
 } // namespace
 
+/* The thread's stores so far (and, in this model, every other thread's) become visible to
+ * the async proxy. */
 void emu_fence_proxy_async(void) {
   const int me = E.cur % 128;
   my_wg().fenced[me / 32] |= 1u << (me % 32);
+  memcpy(E.async_smem.data(), E.smem, E.smem_bytes);
 }
 
 void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords) {
@@ -178,7 +244,9 @@ void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords)
   s.group = -1;
   for (int i = 0; i < 5; i++) s.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_src, *map, box_bytes(*map), "TMA store source");
-  s.data = store_read(s);
+  s.data = store_read(s, 1);
+  if (store_read(s, 0) != s.data)
+    fail("TMA store of shared memory written by threads after the last fence.proxy.async");
   my_bulk().stores.push_back(s);
 }
 
@@ -202,7 +270,7 @@ void emu_bulk_wait_read(int pending_groups) {
       keep.push_back(s);
       continue;
     }
-    if (store_read(s) != s.data)
+    if (store_read(s, 0) != s.data || store_read(s, 1) != s.data)
       fail("shared memory of a TMA store changed before cp.async.bulk.wait_group.read");
     const uint32_t eb = (uint32_t)s.map.elem_bytes;
     box_walk(s.map, s.c, [&](uint32_t L, unsigned char *g) {
@@ -214,20 +282,25 @@ void emu_bulk_wait_read(int pending_groups) {
 
 /* ---- wgmma ---------------------------------------------------------------------------- */
 namespace {
-/* Byte offset of element (mn, k) of an operand from its descriptor's start address, by
- * the PTX ISA's canonical layouts (T = 8 16-bit elements = 16 bytes, W = swizzle bytes):
+/* Shared address of element (mn, k) of an operand, from its descriptor, by the PTX ISA's
+ * canonical layouts (T = 8 16-bit elements = 16 bytes, W = swizzle bytes):
  *   K-major,  none: 8x16-byte core matrices: (mn%8)*16 + (mn/8)*SBO + (k%8)*2 + (k/8)*LBO
  *   K-major,  W:    rows of W bytes:         (mn%8)*W  + (mn/8)*SBO + k*2
  *   MN-major, none:                          (mn%8)*2  + (mn/8)*SBO + (k%8)*16 + (k/8)*LBO
  *   MN-major, W:    W/2 elements a row:      (mn%(W/2))*2 + (mn/(W/2))*LBO + (k%8)*W + (k/8)*SBO
- * then the swizzle of the mode on the resulting shared address. */
-float desc_elem(uint64_t desc, int mn, int k, int mn_major, int bf16) {
+ * then the swizzle of the mode on the resulting shared address. Base offset 0 means the
+ * swizzle pattern (8 rows of W bytes) starts at an 8 W-aligned address: a K-major start
+ * may only be stepped along k within the pattern's first row (its 16 k, 32 bytes, inside
+ * the row), an MN-major one starts on the pattern itself. */
+uint32_t desc_addr(uint64_t desc, int mn, int k, int mn_major) {
   const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4;
   const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
   const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
   if ((desc >> 49) & 7) fail("wgmma descriptor base offset != 0 is not modelled");
   const int mode = (int)(desc >> 62);
   const uint32_t W = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;
+  if (W && start % (8 * W) > (mn_major ? 0u : W - 32))
+    fail("wgmma descriptor start off its swizzle pattern's first row with base offset 0");
   uint32_t off;
   if (!mn_major)
     off = W ? (mn % 8) * W + (mn / 8) * sbo + k * 2
@@ -235,27 +308,103 @@ float desc_elem(uint64_t desc, int mn, int k, int mn_major, int bf16) {
   else
     off = W ? (mn % (W / 2)) * 2 + (mn / (W / 2)) * lbo + (k % 8) * W + (k / 8) * sbo
             : (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo;
-  const uint32_t addr = emu_swizzle(start + off, (int)W);
-  check_smem(E.smem + addr, 2, "wgmma operand");
-  uint16_t h;
-  memcpy(&h, E.smem + addr, 2);
-  return bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h);
+  return emu_swizzle(start + off, (int)W);
 }
+
+float half_to_float(uint16_t h, int bf16) { return bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h); }
+
+/* One operand from shared memory, rows mn < rows, into out [rows][16]; its addresses and
+ * bits go to o. The bytes must be the same in both views: a thread store without a
+ * fence.proxy.async since would be invisible to (or race with) the async proxy. */
+void read_operand(wgmma_operands &o, std::vector<float> &out, uint64_t desc, int rows, int mn_major, int bf16) {
+  out.assign((size_t)rows * 16, 0.0f);
+  for (int mn = 0; mn < rows; mn++)
+    for (int k = 0; k < 16; k++) {
+      const uint32_t a = desc_addr(desc, mn, k, mn_major);
+      uint16_t h, ha;
+      memcpy(&h, smem_at(a, 2, "wgmma operand"), 2);
+      memcpy(&ha, async_at(a), 2);
+      if (h != ha) {
+        fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u\n", mn, k, a);
+        fail("wgmma reads shared memory that threads wrote without a fence.proxy.async after");
+      }
+      o.addr.push_back(a);
+      o.bits.push_back(h);
+      out[(size_t)mn * 16 + k] = half_to_float(h, bf16);
+    }
+}
+
+/* The warpgroup's operands of an issue (slots of all 128 threads), once, by its last
+ * arrival. */
+std::shared_ptr<wgmma_operands> build_operands(const wg_slot *all) {
+  const wg_slot &s = all[0];
+  for (int l = 0; l < 128; l++)
+    if (all[l].db != s.db || all[l].n != s.n || all[l].scale_d != s.scale_d || all[l].trans_a != s.trans_a ||
+        all[l].trans_b != s.trans_b || all[l].bf16 != s.bf16 || all[l].has_a != s.has_a ||
+        (!s.has_a && all[l].da != s.da))
+      fail("threads of a warpgroup issued different wgmma operations");
+  auto o = std::make_shared<wgmma_operands>();
+  if (s.has_a) {
+    /* the m16n8k16 A fragment of each warp's 16 rows: a0 = A[g][2c..], a1 = A[g+8][2c..],
+     * a2 = A[g][2c+8..], a3 = A[g+8][2c+8..], low half first */
+    o->a.assign(64 * 16, 0.0f);
+    for (int l = 0; l < 128; l++) {
+      const int r = 16 * (l / 32) + (l % 32) / 4, c = l % 4;
+      for (int e = 0; e < 2; e++)
+        for (int j = 0; j < 4; j++) {
+          const uint16_t h = (uint16_t)(e ? all[l].a[j] >> 16 : all[l].a[j] & 0xFFFF);
+          o->a[(size_t)(r + (j & 1) * 8) * 16 + 2 * c + (j >> 1) * 8 + e] = half_to_float(h, s.bf16);
+        }
+    }
+  } else {
+    read_operand(*o, o->a, s.da, 64, s.trans_a, s.bf16);
+  }
+  read_operand(*o, o->b, s.db, s.n, s.trans_b, s.bf16);
+  return o;
+}
+
+/* The NaN the accumulators hold while in flight, a signalling one: a store to them, or
+ * arithmetic on them (which quiets it), shows as another value. */
+const uint32_t kInFlight = 0x7F80F11Fu;
 
 /* The issuing thread's share of one op: rows 16w + g and + 8 of the warpgroup's 64, the
  * columns 8i + 2c + {0, 1} (w = warp in the group, g = lane / 4, c = lane % 4). */
 void wgmma_execute(const wgmma_op &op, std::vector<float> &acc) {
   const int t = E.cur % 128, w = t / 32, g = (t % 32) / 4, c = t % 4;
+  const wgmma_operands &o = *op.ops;
   for (int i = 0; i < op.n / 8; i++)
     for (int e = 0; e < 4; e++) {
       const int row = 16 * w + g + (e >> 1) * 8, col = 8 * i + 2 * c + (e & 1);
       float s = op.scale_d ? acc[4 * i + e] : 0.0f;
-      for (int k = 0; k < 16; k++) {
-        const float a = op.a.empty() ? desc_elem(op.da, row, k, op.trans_a, op.bf16) : op.a[row * 16 + k];
-        s += a * desc_elem(op.db, col, k, op.trans_b, op.bf16);
-      }
+      for (int k = 0; k < 16; k++) s += o.a[(size_t)row * 16 + k] * o.b[(size_t)col * 16 + k];
       acc[4 * i + e] = s;
     }
+}
+
+/* At the wait that retires op: its shared-memory operands (re-read once per warp) and this
+ * thread's A registers are as at the issue, its accumulators untouched. */
+void check_unchanged(const wgmma_op &op) {
+  wgmma_operands &o = *op.ops;
+  const unsigned warp = 1u << ((E.cur % 128) / 32);
+  if (!(o.warps_checked & warp)) {
+    o.warps_checked |= warp;
+    for (size_t i = 0; i < o.addr.size(); i++) {
+      uint16_t h, ha;
+      memcpy(&h, smem_at(o.addr[i], 2, "wgmma operand"), 2);
+      memcpy(&ha, async_at(o.addr[i]), 2);
+      if (h != o.bits[i] || ha != o.bits[i]) {
+        fprintf(stderr, "emu: wgmma operand at shared address %u\n", o.addr[i]);
+        fail("shared memory read by a wgmma.mma_async changed before its wgmma.wait_group");
+      }
+    }
+  }
+  if (op.a_src && memcmp(op.a_src, op.a_val, sizeof op.a_val))
+    fail("A-fragment registers of a wgmma.mma_async changed before its wgmma.wait_group");
+  for (int i = 0; i < op.n / 2; i++) {
+    uint32_t u;
+    memcpy(&u, &op.d[i], 4);
+    if (u != kInFlight) fail("accumulator registers of a wgmma.mma_async written before its wgmma.wait_group");
+  }
 }
 } // namespace
 
@@ -274,8 +423,13 @@ void emu_wgmma_wait(int pending_groups) {
   std::vector<wgmma_op> keep;
   for (const wgmma_op &op : t.wgmma) {
     if (op.group < 0) fail("wgmma.wait_group with an uncommitted wgmma.mma_async");
-    if (op.group < limit) wgmma_execute(op, t.wgmma_acc[op.d]);
-    else keep.push_back(op);
+    if (op.group < limit) {
+      check_unchanged(op);
+      wgmma_execute(op, t.wgmma_acc[op.d]);
+      op.ops->retired++;
+    } else {
+      keep.push_back(op);
+    }
   }
   t.wgmma.swap(keep);
   for (auto it = t.wgmma_acc.begin(); it != t.wgmma_acc.end();) {
@@ -312,42 +466,55 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
   s.has_a = a_regs != nullptr;
   const uint64_t gen = w.gen;
   if (++w.count == 128) {
+    w.ops[buf] = build_operands(w.slot[buf]);
+    E.wgmma_inflight.push_back(w.ops[buf]);
     w.count = 0;
     w.gen++;
   } else {
     block_on(&w.gen, gen);
   }
-  const wg_slot *all = w.slot[buf];
-  for (int l = 0; l < 128; l++)
-    if (all[l].db != s.db || all[l].n != n || all[l].scale_d != s.scale_d ||
-        all[l].trans_a != trans_a || all[l].trans_b != trans_b || all[l].bf16 != is_bf16 ||
-        all[l].has_a != s.has_a || (!s.has_a && all[l].da != desc_a))
-      fail("threads of a warpgroup issued different wgmma operations");
   wgmma_op op;
   op.d = d;
   op.n = n;
   op.scale_d = s.scale_d;
-  op.trans_a = trans_a;
-  op.trans_b = trans_b;
-  op.bf16 = is_bf16;
   op.group = -1;
-  op.da = desc_a;
-  op.db = desc_b;
-  if (s.has_a) {
-    /* the m16n8k16 A fragment of each warp's 16 rows: a0 = A[g][2c..], a1 = A[g+8][2c..],
-     * a2 = A[g][2c+8..], a3 = A[g+8][2c+8..], low half first */
-    op.a.assign(64 * 16, 0.0f);
-    for (int l = 0; l < 128; l++) {
-      const int r = 16 * (l / 32) + (l % 32) / 4, c = l % 4;
-      for (int e = 0; e < 2; e++)
-        for (int j = 0; j < 4; j++) {
-          const uint16_t h = (uint16_t)(e ? all[l].a[j] >> 16 : all[l].a[j] & 0xFFFF);
-          op.a[(r + (j & 1) * 8) * 16 + 2 * c + (j >> 1) * 8 + e] =
-              is_bf16 ? emu_bf16_to_float(h) : emu_f16_to_float(h);
-        }
-    }
-  }
+  op.ops = w.ops[buf];
+  op.a_src = a_regs;
+  for (int i = 0; i < 4; i++) op.a_val[i] = s.a[i];
   if (!t.wgmma_acc.count(d)) t.wgmma_acc[d].assign(d, d + n / 2);
-  for (int i = 0; i < n / 2; i++) d[i] = NAN; /* in flight until the wait */
+  for (int i = 0; i < n / 2; i++) memcpy(&d[i], &kInFlight, 4); /* in flight until the wait */
   t.wgmma.push_back(op);
+}
+
+/* ---- setmaxnreg (emu.h) ---------------------------------------------------------------- */
+void emu_setmaxnreg(int n, int inc) {
+  if (n < 24 || n > 256 || n % 8) fail("setmaxnreg count must be a multiple of 8 in 24-256");
+  if (E.nthreads % 128) fail("setmaxnreg in a block whose size is not a multiple of 128");
+  wg_state &w = my_wg();
+  const int me = E.cur % 128, req = inc ? n : -n;
+  w.nreg_req[me] = req;
+  const uint64_t gen = w.nreg_gen;
+  if (++w.nreg_count < 128) {
+    block_on(&w.nreg_gen, gen);
+    return;
+  }
+  w.nreg_count = 0;
+  for (int l = 0; l < 128; l++)
+    if (w.nreg_req[l] != req) fail("threads of a warpgroup executed different setmaxnreg instructions");
+  if (inc ? n < w.regs : n > w.regs) {
+    fprintf(stderr, "emu: setmaxnreg.%s %d with the warpgroup at %d registers\n", inc ? "inc" : "dec", n, w.regs);
+    fail("setmaxnreg.inc below or .dec above the warpgroup's register count");
+  }
+  if (inc) {
+    const int64_t need = 128 * (int64_t)(n - w.regs);
+    E.reg_waiters++;
+    while (E.reg_pool < need) block_on(&E.reg_pool_gen, E.reg_pool_gen);
+    E.reg_waiters--;
+    E.reg_pool -= need;
+  } else {
+    E.reg_pool += 128 * (int64_t)(w.regs - n);
+    E.reg_pool_gen++;
+  }
+  w.regs = n;
+  w.nreg_gen++;
 }

@@ -9,8 +9,12 @@
  * m64n64k16 with A from registers and B MN-major (head dim 64's P V); a TMA
  * store of two swizzled boxes, one starting above the tensor and one crossing its end,
  * writes exactly the rows inside it (rows between the boxes and past the end keep their
- * poison). Inputs are small integers (or raw 16-bit patterns), so results are exact and
- * compared with ==.
+ * poison); a wgmma reads an operand the threads wrote (swizzled, then fence.proxy.async:
+ * the kernels' zero-filled rows and dS^T), and a D fragment packed as the A fragments of
+ * the next wgmma (the forward's P) gives the product of the chain; and setmaxnreg moves
+ * registers as the sm90 kernels split a 384-thread CTA (a wrong split hangs: the ctest
+ * times out). Inputs are small integers (or raw 16-bit patterns), so results are exact
+ * and compared with ==.
  *
  * Built twice: on the emulator (ctest cuda_emu_sm90_primitives: it checks the emulator's
  * model of the PTX text) and, for sm_90a, on the GPU (cuda_sm90_primitives, label gpu:
@@ -40,6 +44,8 @@ struct prim_out {
   float d1[M * N], d2[M * N]; /* [row][col] */
   float d3[M * 64], d4[M * 64]; /* m64n64k16: SS K-major; SS both MN-major */
   float d5[M * 64];             /* m64n64k16: RS, B MN-major (V's second column block) */
+  float d6[M * 64];             /* A G^T, G = I written by the threads: A */
+  float d7[M * N];              /* d6's D fragment packed as A fragments, times V */
 };
 
 /* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
@@ -167,10 +173,54 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d64(out->d5, e, t);
+
+  /* G = I [64][64] by thread stores (K-major, swizzled as TMA lands rows) into sX, made
+   * visible to the async proxy; D6 = A G^T = A; then D6's D fragment packed as the A
+   * fragments of 4 k16 chunks, as the forward packs P: D7 = D6 V */
+  FA_SYNC();
+  if (t < 64)
+    for (int c = 0; c < 64; c++)
+      sX[(t * 128 + 16 * ((c / 8) ^ (t % 8)) + 2 * (c % 8)) / 2] = c == t ? 0x3F80 : 0; /* bf16 1, 0 */
+  fa_fence_proxy_async();
+  FA_SYNC();
+  const uint32_t gi = fa_smem_addr(sX);
+  fa_wgmma_fence();
+  for (int kk = 0; kk < K / 16; kk++)
+    fa_wgmma_ss64_bf16(e, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(gi + 32 * kk, 16, 1024), kk > 0);
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d64(out->d6, e, t);
+  uint32_t ea[K / 16][4];
+  for (int kc = 0; kc < K / 16; kc++)
+    for (int j = 0; j < 4; j++) ea[kc][j] = fa_pack_bf16(e[8 * kc + 2 * j], e[8 * kc + 2 * j + 1]);
+  for (int i = 0; i < 64; i++) d[i] = 0.0f;
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++) fa_wgmma_rs_t_bf16(d, ea[kc], fa_wgmma_desc(v + 2048 * kc, K * 128, 1024));
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d(out->d7, d, t);
 #else
   (void)maps;
   (void)p_bits;
   if (threadIdx.x == 0) out->no_sm90 = 1; /* no sm_90a code in this pass */
+#endif
+}
+
+/* setmaxnreg as the sm90 kernels use it: ptxas gives a 384-thread kernel with setmaxnreg
+ * the launch bound's 168 registers a thread; warpgroup 0 releases to 40, 1 and 2 take
+ * 232 (128 x 40 + 256 x 232 = 384 x 168: the CTA's pool exactly), then each consumer
+ * thread writes out[t - 128] = 3 t + 1. */
+FA_KERNEL(384) nreg_kernel(int *out) {
+#if FA_SM90_DEVICE
+  const int t = (int)threadIdx.x;
+  if (fa_warp_uniform(t / 128) == 0) {
+    fa_setmaxnreg_dec<40>();
+    return;
+  }
+  fa_setmaxnreg_inc<232>();
+  out[t - 128] = 3 * t + 1;
+#else
+  (void)out;
 #endif
 }
 
@@ -184,14 +234,12 @@ static uint16_t bf16_of_int(int x) { /* small integers are exact in bf16 */
 
 static void make_map(fa_tmap *m, const void *base, uint64_t cols, uint64_t rows, uint32_t box_rows) {
 #ifdef ATTN_CUDA_EMULATE
-  memset(m, 0, sizeof *m);
-  m->base = base;
-  m->rank = 4;
-  m->elem_bytes = 2;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {cols, rows, 1, 1}, strides[4] = {2, cols * 2, cols * rows * 2, cols * rows * 2};
+  const uint64_t dims[4] = {cols, rows, 1, 1}, strides[3] = {cols * 2, cols * rows * 2, cols * rows * 2};
   const uint32_t box[4] = {64, box_rows, 1, 1};
-  for (int i = 0; i < 4; i++) m->dims[i] = dims[i], m->strides[i] = strides[i], m->box[i] = box[i];
+  if (emu_tmap_encode(m, base, 4, 2, dims, strides, box, 128)) {
+    fprintf(stderr, "emu_tmap_encode failed\n");
+    exit(1);
+  }
 #else
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
@@ -268,8 +316,15 @@ int main(void) {
 #endif
   FA_LAUNCH(prim_kernel, dim3(1), dim3(128), smem, NULL, maps, (const uint16_t *)dp, dout);
   td_sync();
+  int *dn = (int *)td_alloc(256 * sizeof(int));
+  td_memset(dn, 0, 256 * sizeof(int));
+  FA_LAUNCH(nreg_kernel, dim3(1), dim3(384), 0, NULL, dn);
+  td_sync();
   static prim_out out;
   td_download(&out, dout, sizeof out);
+  int nreg[256], bad_nreg = 0;
+  td_download(nreg, dn, sizeof nreg);
+  for (int i = 0; i < 256; i++) bad_nreg += nreg[i] != 3 * (i + 128) + 1;
   int fails = 0, bad_box = 0;
   for (int t = 0; t < 128; t++) bad_box += out.bad_box[t];
   if (out.no_sm90) printf("FAIL: the kernel ran without sm_90a code\n"), fails++;
@@ -284,6 +339,17 @@ int main(void) {
       if (out.d2[m * N + n] != (float)s2 && bad2++ < 5)
         printf("FAIL: RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d2[m * N + n], s2);
     }
+  int bad7 = 0, bad8 = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      int s7 = 0;
+      for (int k = 0; k < K; k++) s7 += fA(m, k) * fV(k, n);
+      if (n < 64 && out.d6[m * 64 + n] != (float)fA(m, n) && bad7++ < 5)
+        printf("FAIL: wgmma of thread-written G: D[%d][%d] = %g, want %d\n", m, n, (double)out.d6[m * 64 + n], fA(m, n));
+      if (out.d7[m * N + n] != (float)s7 && bad8++ < 5)
+        printf("FAIL: D fragment reused as A: D[%d][%d] = %g, want %d\n", m, n, (double)out.d7[m * N + n], s7);
+    }
+  if (bad_nreg) printf("FAIL: %d setmaxnreg consumer outputs wrong\n", bad_nreg);
   int bad3 = 0, bad4 = 0, bad6 = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < 64; n++) {
@@ -304,11 +370,12 @@ int main(void) {
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
-  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6;
+  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad_nreg;
   printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
          "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, "
-         "TMA store %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, fails ? "FAILED" : "all passed");
+         "TMA store %d wrong, thread-written operand %d wrong, D as A %d wrong, setmaxnreg %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad_nreg,
+         fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);
@@ -316,5 +383,6 @@ int main(void) {
   td_free(dv);
   td_free(dy);
   td_free(dout);
+  td_free(dn);
   return fails ? 1 : 0;
 }
