@@ -140,10 +140,7 @@ FA_DEV int fa_any(int p) { return emu_any(p); }
 FA_DEV void fa_syncwarp(void) { emu_syncwarp(); }
 FA_DEV void fa_named_bar_sync(int id, int count) { emu_named_bar_sync(id, count); }
 FA_DEV void fa_named_bar_arrive(int id, int count) { emu_named_bar_arrive(id, count); }
-FA_DEV void fa_atomic_add2(float *p, float a, float b) {
-  p[0] += a;
-  p[1] += b;
-}
+FA_DEV void fa_atomic_add2(float *p, float a, float b) { emu_atomic_add2(p, a, b); }
 FA_DEV uint32_t fa_pack_bf16(float lo, float hi) { return emu_pack_bf16(lo, hi); }
 FA_DEV uint32_t fa_pack_f16(float lo, float hi) { return emu_pack_f16(lo, hi); }
 FA_DEV float fa_bf16_to_float(uint16_t h) { return emu_bf16_to_float(h); }
