@@ -1,5 +1,6 @@
 /* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dim 128, one shot (O, LSE,
- * sinks), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
+ * sinks) or block mode (the float32 state carried from call to call, as the ring runs
+ * it), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
  *
  * A persistent grid (one CTA per SM) walks the work tiles, 128 query rows of one (batch,
  * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
@@ -28,7 +29,14 @@
  *    run every slot (with nothing to issue for tiles they do not see), so the barrier
  *    phases pair up and end complete, every work tile.
  *
- * The epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
+ * Block mode (the state-carrying call, p.block_mode): the consumers load m, l and acc of
+ * their rows from the state at each work tile's start (m to log2 units, l whole on the
+ * quad's first lane, acc into the O fragment: the mma.sync kernel's conventions), the
+ * first S slot rescales O like every later one, and the epilogue writes the three back
+ * instead of O and LSE (no O map, no TMA store; sinks are left to finalize). Rows that
+ * see nothing of the block keep their state (alpha = 1, P = 0).
+ *
+ * The one-shot epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
  * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
  * (two 64 x 64 boxes, one bulk group, rows past sq clipped by TMA); O views TMA cannot
  * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
@@ -38,8 +46,7 @@
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
  * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
- * block mode (float32 state), varlen, block masks, head dims other than 128, and views
- * TMA cannot describe. */
+ * varlen, block masks, head dims other than 128, and views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
@@ -275,6 +282,39 @@ FA_DEV void h_rescale(float acc[64], const float (&alpha)[2]) {
     for (int x_ = 0; x_ < 32; x_++) P[x_] = fa_pack(S[2 * x_], S[2 * x_ + 1]); \
   } while (0)
 
+#if FA_SM90_DEVICE
+/* Block mode: the carried state of the thread's row i (state row `row`), kept as the
+ * mma.sync kernel keeps it (m in natural units, log2 units in registers; l whole on the
+ * quad's tg 0 lane, the other lanes' shares 0; acc [Dv] float32), into m, l and the O
+ * fragment (acc[4n + 2i + e] = column 8n + 2tg + e); h_state_store writes them back. */
+FA_DEV void h_state_load(const fa_params &p, int64_t row, int i, int tg, float *acc,
+                         float (&m)[2], float (&l)[2]) {
+  m[i] = p.st_m[row] * FA_LOG2E;
+  l[i] = tg == 0 ? p.st_l[row] : 0.0f;
+  const float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    acc[4 * n + 2 * i] = a[n * 8 + 2 * tg];
+    acc[4 * n + 2 * i + 1] = a[n * 8 + 2 * tg + 1];
+  }
+}
+
+/* After the quad's l shares are summed (every lane holds the row's l). */
+FA_DEV void h_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
+                          const float (&m)[2], const float (&l)[2]) {
+  if (tg == 0) {
+    p.st_m[row] = m[i] / FA_LOG2E;
+    p.st_l[row] = l[i];
+  }
+  float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    a[n * 8 + 2 * tg] = acc[4 * n + 2 * i];
+    a[n * 8 + 2 * tg + 1] = acc[4 * n + 2 * i + 1];
+  }
+}
+#endif
+
 FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa_sm90_maps maps) {
 #if FA_SM90_DEVICE
   FA_SMEM(smem_raw);
@@ -401,6 +441,13 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     for (int x = 0; x < 64; x++) acc[x] = S[x] = 0.0f;
     FA_UNROLL
     for (int x = 0; x < 32; x++) P[x] = 0;
+    if (p.block_mode) {
+      FA_UNROLL
+      for (int i = 0; i < 2; i++)
+        if (wr0 + g + 8 * i < rows)
+          h_state_load(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + wr0 + g + 8 * i, i, tg,
+                       acc, m, l);
+    }
     fa_mbar_wait(bar_q, nw & 1);
 
     /* this warpgroup's tiles [ja, jb): slot j issues S_j for j in [ja, jb), P_{j-1} V_{j-1}
@@ -437,7 +484,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_release(&empty_v[pst], lane);
         h_rescale(acc, alpha);
         H_PACK_P(P, S);
-      } else if (j == ja && j < jb) { /* the first S (O is 0) */
+      } else if (j == ja && j < jb) { /* the first S (O is 0, or the carried state's) */
         h_fence_operands(acc, S, P);
         H_ISSUE_QK(S, q_addr, k_addr);
         h_slot_issued(j, nslots, cw);
@@ -447,6 +494,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_release(&empty_k[st], lane);
         if (j > 0) h_release(&empty_v[pst], lane);
         h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        h_rescale(acc, alpha); /* the carried O in block mode (alpha is 0 for O = 0) */
         H_PACK_P(P, S);
       } else if (j == jb && j > ja) { /* the last P V */
         h_fence_operands(acc, S, P);
@@ -477,6 +525,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
       if (r >= rows) continue;
+      if (p.block_mode) { /* the state back instead of O and LSE (sinks: at finalize) */
+        h_state_store(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, acc, m, l);
+        continue;
+      }
       const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
       float inv, lse2;
       fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
@@ -519,19 +571,17 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  if (c->st || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+  if (pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
   static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
   if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_fwd_))) return FA_ERR_FALLBACK;
-  fa_params p = fa_params_make(c);
-  p.o = c->o;
-  p.lse = c->lse;
-  p.lse_rows = c->lse_rows;
+  fa_params p = fa_fwd_params(c); /* block mode: the state (c->st) instead of O and LSE */
   fa_sm90_maps maps;
+  memset(&maps, 0, sizeof maps);
   if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM, FA_BF16) ||
       fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16) ||
       fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16))
     return FA_ERR_FALLBACK;
-  maps.o_tma = fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
+  maps.o_tma = !c->st && fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
   p.ntiles = (pb->sq + H_BM - 1) / H_BM; /* query tiles */
   const int64_t nwork = p.ntiles * pb->Hq * pb->B;
   if (nwork > INT32_MAX) return FA_ERR_FALLBACK;

@@ -36,7 +36,7 @@
  * x 128 keys, consumers of 64 rows, a 3-stage K/V ring, 225 KB of shared memory. The
  * backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64 keys, a 2-stage ring of
  * 64-row (Q, dO) tiles, about 166 KB. These mma.sync kernels stay the sm_80 path and the
- * fallback (the block mode, varlen, block masks, other head dims, a deterministic dQ). */
+ * fallback (varlen, block masks, other head dims, a deterministic dQ). */
 #ifndef ATTN_CUDA_TRAITS_H
 #define ATTN_CUDA_TRAITS_H
 
