@@ -1,5 +1,6 @@
 /* test_cuda_sm90_fwd.c — the Hopper forward (fwd_sm90_body.cuh: TMA, wgmma, warp
- * specialisation) vs the float64 oracle, one shot and in block mode.
+ * specialisation) vs the float64 oracle, one shot and in block mode, at head dims 128 and
+ * 64 (every case list runs at both).
  *
  * One shot: around its 128-row / 128-key tiles (and the 64-row consumer halves), Sq != Skv
  * both ways, every mask flag, GQA/MQA, strided views, empty rows, NaN/Inf in unseen keys,
@@ -481,8 +482,10 @@ int main(void) {
     return 77;
   }
   attn_cuda_set_hopper(1);
-  sweep_one_shot(128);
-  sweep_block(128);
+  for (int D = 128; D >= 64; D -= 64) { /* the head dims with sm90 instances (64: if built) */
+    sweep_one_shot(D);
+    sweep_block(D);
+  }
   attn_cuda_set_hopper(-1);
   printf("test_cuda_sm90_fwd: %d one-shot cases and %d block calls ran the sm90 forward\n",
          ran_sm90, ran_sm90_block);
