@@ -1,10 +1,10 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
  * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the forward
- * (one shot and block mode) and the non-deterministic backward go to the Hopper kernels (fwd_sm90_body.cuh,
- * bwd_sm90_body.cuh) at the head dims they are built for, where they can run and
- * ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back as cudaError_t values and are
- * worded here. */
+ * (one shot and block mode) and the non-deterministic backward go to the Hopper kernels
+ * (fwd_sm90_body.cuh, bwd_sm90_body.cuh) at the head dims they are built for, where they
+ * can run and ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back
+ * as cudaError_t values and are worded here. */
 #include <stdint.h>
 #include <string.h>
 
@@ -102,8 +102,8 @@ static const sm90_set sm90_bwd[] = {
  * capability 9.0 device, for bf16/f16 at a head dim the direction has an sm90 instance for
  * (Dqk = Dv), without varlen or a block mask; the forward both one shot and in block mode
  * (the state-carrying call of the ring: the same conditions, the same kernel); the
- * backward with a non-deterministic dQ (its dQ is added with float32
- * atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
+ * backward with a non-deterministic dQ (its dQ is added with float32 atomics, so
+ * ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
  * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
  * cannot describe a view. Everything else runs the mma.sync kernels. */
 static int hopper_override = -1;

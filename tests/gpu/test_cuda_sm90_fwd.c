@@ -173,8 +173,8 @@ static void sweep_one_shot(int D) {
                 .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
   run((gc_case){.name = "sm90 -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2, .Hkv = 1,
                 .D = D, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
-  if (!E)
-    for (int dt = 0; dt < 2; dt++)
+  if (!E) /* (the float64 oracle of one takes seconds on the host: f16 at 128 only) */
+    for (int dt = 0; dt < (D == 128 ? 2 : 1); dt++)
       run((gc_case){.name = "sm90 big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2, .D = D,
                     .causal = 1, .sinks = 1, .dtype = dt ? ATTN_F16 : ATTN_BF16}, 0, 0);
 }
