@@ -1,10 +1,10 @@
 /* dispatch.c — the CUDA backend's C entry points: what the kernels support (with a
  * message naming the value and the supported set otherwise), the workspace layout, and a
- * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the one-shot
- * forward and the non-deterministic backward go to the Hopper kernels (fwd_sm90_body.cuh,
- * bwd_sm90_body.cuh) at the head dims they are built for, where they can run and
- * ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back as cudaError_t values and are
- * worded here. */
+ * plain switch on (Dqk, Dv), then dtype and causal, to the instance launchers; the forward
+ * (one shot and block mode) and the non-deterministic backward go to the Hopper kernels
+ * (fwd_sm90_body.cuh, bwd_sm90_body.cuh) at the head dims they are built for, where they
+ * can run and ATTN_CUDA_HOPPER allows it. Plain C: no CUDA headers; launch errors come back
+ * as cudaError_t values and are worded here. */
 #include <stdint.h>
 #include <string.h>
 
@@ -100,9 +100,10 @@ static const sm90_set sm90_bwd[] = {
 /* ---- the Hopper kernels: when they are taken -----------------------------------------------
  * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernels) on a compute
  * capability 9.0 device, for bf16/f16 at a head dim the direction has an sm90 instance for
- * (Dqk = Dv), without varlen or a block mask; the forward one-shot only (the block mode
- * runs on mma.sync); the backward with a non-deterministic dQ (its dQ is added with float32
- * atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
+ * (Dqk = Dv), without varlen or a block mask; the forward both one shot and in block mode
+ * (the state-carrying call of the ring: the same conditions, the same kernel); the
+ * backward with a non-deterministic dQ (its dQ is added with float32 atomics, so
+ * ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
  * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
  * cannot describe a view. Everything else runs the mma.sync kernels. */
 static int hopper_override = -1;
@@ -327,6 +328,17 @@ static attn_status launch_choice(fa_choice *ch, fa_launcher hop, const char *why
   return launched(mma(c), ch->what, in);
 }
 
+/* The forward of c (one shot, or block mode when c->st is set): float32 on its own
+ * kernel, bf16/f16 on the Hopper kernel where hopper_fwd allows it, else mma.sync; the
+ * choice is logged and kept for attn_cuda_last_fwd_path either way. */
+static attn_status fwd_launch(const attn_cuda_problem *p, const fa_call *c) {
+  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  if (p->dtype == ATTN_F32) return launched(in->fwd(c), "flash forward", in);
+  const char *why = NULL;
+  const fa_launcher hop = hopper_fwd(p, &why);
+  return launch_choice(&fwd_choice, hop, why, in->fwd, c, in);
+}
+
 attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *lse,
                           int64_t lse_rows, void *workspace, size_t workspace_bytes,
                           void *stream) {
@@ -343,10 +355,7 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
   c.lse_rows = lse_rows;
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
-  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
-  const char *why = NULL;
-  const fa_launcher hop = hopper_fwd(p, &why);
-  return launch_choice(&fwd_choice, hop, why, in->fwd, &c, in);
+  return fwd_launch(p, &c);
 }
 
 const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
@@ -385,8 +394,7 @@ attn_status attn_cuda_fwd_block(const attn_cuda_problem *p, attn_state *st, void
   c.st = st;
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
-  const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
-  return launched(in->fwd(&c), "flash forward (block)", in);
+  return fwd_launch(p, &c);
 }
 
 attn_status attn_cuda_state_init(attn_state *st, void *stream) {

@@ -1,5 +1,6 @@
-/* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dim 128, one shot (O, LSE,
- * sinks), and its launcher; instantiated by fwd_hd128_{bf16,f16}[_causal]_sm90.cu.
+/* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dims 64 and 128, one shot
+ * (O, LSE, sinks) or block mode (the float32 state carried from call to call, as the ring
+ * runs it), and its launcher; instantiated by fwd_hd{64,128}_{bf16,f16}[_causal]_sm90.cu.
  *
  * A persistent grid (one CTA per SM) walks the work tiles, 128 query rows of one (batch,
  * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
@@ -10,27 +11,35 @@
  * before V of tile j, the order the consumers use them in; its second warp zero-fills,
  * in each V tile, the rows of keys that none of the work tile's queries sees, so NaN/Inf
  * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are
- * the consumers, 64 rows each, with wgmma m64n128k16: S = Q K^T (Q and K from shared
- * memory, K-major), the online softmax in registers (float32, log2 units, the mma.sync
- * kernel's masking and transform), O += P V (P from registers, V from shared memory,
- * MN-major). K and V stages are released on "empty_k" / "empty_v" as soon as the GEMM
- * that reads them has completed. setmaxnreg moves registers from the producer to the
- * consumers.
+ * the consumers, 64 rows each, with wgmma: S = Q K^T by m64n128k16 (Q and K from shared
+ * memory, K-major; D / 16 k-steps), the online softmax in registers (float32, log2 units,
+ * the mma.sync kernel's masking and transform), O += P V by m64n(D)k16 (P from registers,
+ * V from shared memory, MN-major). Q, K and V rows are D / 64 swizzled column blocks of
+ * 64 elements (one TMA box each): 2 at head dim 128, 1 at 64. K and V stages are
+ * released on "empty_k" / "empty_v" as soon as the GEMM that reads them has completed.
+ * setmaxnreg moves registers from the producer to the consumers.
  *
  * The consumer schedule (FlashAttention 3's two overlaps), in slots j = 0 .. ntiles:
  *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
  *    wgmma groups, waits for the first only and runs the softmax of S_j while P_{j-1} V_{j-1}
  *    is still on the tensor cores; then it waits for that, rescales O and packs P_j. Live
- *    across a slot: O (64), S (64) and the packed P (32) registers a thread.
+ *    across a slot: O (D / 2), S (64) and the packed P (32) registers a thread.
  *  - between the warpgroups, named barriers order the issues WG1 slot 0, WG2 slot 0, WG1
  *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
  *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
  *    run every slot (with nothing to issue for tiles they do not see), so the barrier
  *    phases pair up and end complete, every work tile.
  *
- * The epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
+ * Block mode (the state-carrying call, p.block_mode): the consumers load m, l and acc of
+ * their rows from the state at each work tile's start (m to log2 units, l whole on the
+ * quad's first lane, acc into the O fragment: the mma.sync kernel's conventions), the
+ * first S slot rescales O like every later one, and the epilogue writes the three back
+ * instead of O and LSE (no O map, no TMA store; sinks are left to finalize). Rows that
+ * see nothing of the block keep their state (alpha = 1, P = 0).
+ *
+ * The one-shot epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
  * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
- * (two 64 x 64 boxes, one bulk group, rows past sq clipped by TMA); O views TMA cannot
+ * (D / 64 boxes of 64 x 64, one bulk group, rows past sq clipped by TMA); O views TMA cannot
  * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
  * ring's stages and phases run on across work tiles, so the producer loads the next
  * tile's K and V while the consumers finish the last.
@@ -38,21 +47,26 @@
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
  * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
- * block mode (float32 state), varlen, block masks, head dims other than 128, and views
- * TMA cannot describe. */
+ * varlen, block masks, head dims other than 64 and 128, and views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
 
-#if DQK != 128 || DV != 128
-#error "the sm90 forward is written for head dim 128"
+#if DQK != DV || (DV != 64 && DV != 128)
+#error "the sm90 forward is written for head dims 64 and 128"
 #endif
 
 #define H_BM 128  /* query rows per CTA: two consumer warpgroups of 64 */
 #define H_BN 128  /* keys per tile */
-#define H_STAGES 3
+/* K/V ring stages: what keeps TMA ahead of the consumers is the consumer work the ring
+ * holds, and a head-dim-64 tile is half the GEMM work of a head-dim-128 one, so 64 gets
+ * twice the stages (the same time in flight). 6 stages of 32 KB: 209 KB, room left for a
+ * 16 KB O buffer of its own (the next step, README); 3 of 64 KB at 128: 225 KB. */
+#define H_STAGES (DV == 64 ? 6 : 3)
 #define H_THREADS 384
 #define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
+#define H_NCB (DQK / H_CB) /* column blocks of a Q, K, V or O row: 1 (head dim 64) or 2 */
+#define H_ON (DV / 2)      /* O fragment floats a thread: the m64n(DV) D fragment */
 #define H_QBYTES (H_BM * DQK * 2)
 #define H_KBYTES (H_BN * DQK * 2)
 #define H_VBYTES (H_BN * DV * 2)
@@ -67,19 +81,23 @@
 #define H_BAR_ORDER 1       /* named barriers 1, 2: the issue turn of consumer 1, 2 */
 #define H_BAR_O 3           /* named barriers 3, 4: consumer 1's, 2's O tile is in shared memory */
 
+/* h_wgmma_pv: O += P V, m64n(DV)k16 */
 #if FA_BF16
 #define h_wgmma_ss fa_wgmma_ss_bf16
-#define h_wgmma_rs_t fa_wgmma_rs_t_bf16
+#define h_wgmma_pv_128 fa_wgmma_rs_t_bf16
+#define h_wgmma_pv_64 fa_wgmma_rs64_t_bf16
 #else
 #define h_wgmma_ss fa_wgmma_ss_f16
-#define h_wgmma_rs_t fa_wgmma_rs_t_f16
+#define h_wgmma_pv_128 fa_wgmma_rs_t_f16
+#define h_wgmma_pv_64 fa_wgmma_rs64_t_f16
 #endif
+#define h_wgmma_pv FA_PASTE(h_wgmma_pv_, DV)
 
 #ifndef FA_SM90_MAPS_DEFINED
 #define FA_SM90_MAPS_DEFINED
-/* TMA descriptors of Q [B,sq,Hq,128], K [B,skv,Hkv,128], V [B,skv,Hkv,128] (4-d maps
- * (d, s, h, b), boxes of 64 x 128 rows, 128-byte swizzle) and O [B,sq,Hq,128] (boxes of
- * 64 x 64 rows: one consumer's) when o_tma, else O is stored directly. */
+/* TMA descriptors of Q [B,sq,Hq,D], K [B,skv,Hkv,D], V [B,skv,Hkv,D] (4-d maps (d, s, h,
+ * b), boxes of 64 columns x 128 rows, 128-byte swizzle) and O [B,sq,Hq,D] (boxes of 64 x 64
+ * rows: one consumer's) when o_tma, else O is stored directly. */
 struct fa_sm90_maps {
   fa_tmap q, k, v, o;
   int o_tma;
@@ -154,19 +172,6 @@ FA_DEV void h_release(uint64_t *empty, int lane) {
   if (lane == 0) fa_mbar_arrive(empty);
 }
 
-/* Before a slot's wgmma.fence: the last writes of the registers the GEMMs accumulate into
- * (O, S) or read (P) stay before it. */
-FA_DEV void h_fence_operands(float acc[64], float S[64], uint32_t P[32]) {
-  FA_UNROLL
-  for (int x = 0; x < 64; x++) {
-    fa_reg_fence(acc[x]);
-    fa_reg_fence(S[x]);
-  }
-  FA_UNROLL
-  for (int x = 0; x < 32; x++) h_reg_fence_u32(P[x]);
-  fa_wgmma_fence();
-}
-
 /* 2^x: the approximate MUFU instruction (CUDA's exp2f is the same, with extra work for
  * results below 2^-126, which P can do without); exact on the emulator. */
 #ifndef ATTN_CUDA_EMULATE
@@ -236,11 +241,6 @@ FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int i
   }
 }
 
-/* O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}), once the P V GEMM has completed. */
-FA_DEV void h_rescale(float acc[64], const float (&alpha)[2]) {
-  FA_UNROLL
-  for (int x = 0; x < 64; x++) acc[x] *= alpha[(x >> 1) & 1];
-}
 #endif /* FA_SM90_DEVICE */
 #endif
 
@@ -258,13 +258,14 @@ FA_DEV void h_rescale(float acc[64], const float (&alpha)[2]) {
   } while (0)
 
 /* O += P V as one wgmma group: P's D fragment is the A fragment of 16 keys; V is MN-major
- * (d contiguous): d blocks of 64 H_BN * 128 bytes apart (LBO), 8-key groups 1024 (SBO). */
+ * (d contiguous): d blocks of 64 H_BN * 128 bytes apart (LBO; one block at head dim 64),
+ * 8-key groups 1024 (SBO). */
 #define H_ISSUE_PV(acc, P, v_addr)                                                           \
   do {                                                                                       \
     FA_UNROLL                                                                                \
     for (int kc_ = 0; kc_ < H_BN / 16; kc_++)                                                \
-      h_wgmma_rs_t(acc, (P) + 4 * kc_,                                                       \
-                   fa_wgmma_desc((v_addr) + (uint32_t)kc_ * 16 * 128, H_BN * 128, 1024));    \
+      h_wgmma_pv(acc, (P) + 4 * kc_,                                                         \
+                 fa_wgmma_desc((v_addr) + (uint32_t)kc_ * 16 * 128, H_BN * 128, 1024));      \
     fa_wgmma_commit();                                                                       \
   } while (0)
 
@@ -275,13 +276,64 @@ FA_DEV void h_rescale(float acc[64], const float (&alpha)[2]) {
     for (int x_ = 0; x_ < 32; x_++) P[x_] = fa_pack(S[2 * x_], S[2 * x_ + 1]); \
   } while (0)
 
+#if FA_SM90_DEVICE /* the head-dim-dependent pieces */
+/* Before a slot's wgmma.fence: the last writes of the registers the GEMMs accumulate into
+ * (O, S) or read (P) stay before it. */
+FA_DEV void h_fence_operands(float acc[H_ON], float S[64], uint32_t P[32]) {
+  FA_UNROLL
+  for (int x = 0; x < H_ON; x++) fa_reg_fence(acc[x]);
+  FA_UNROLL
+  for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+  FA_UNROLL
+  for (int x = 0; x < 32; x++) h_reg_fence_u32(P[x]);
+  fa_wgmma_fence();
+}
+
+/* O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}), once the P V GEMM has completed. */
+FA_DEV void h_rescale(float acc[H_ON], const float (&alpha)[2]) {
+  FA_UNROLL
+  for (int x = 0; x < H_ON; x++) acc[x] *= alpha[(x >> 1) & 1];
+}
+
+/* Block mode: the carried state of the thread's row i (state row `row`), kept as the
+ * mma.sync kernel keeps it (m in natural units, log2 units in registers; l whole on the
+ * quad's tg 0 lane, the other lanes' shares 0; acc [Dv] float32), into m, l and the O
+ * fragment (acc[4n + 2i + e] = column 8n + 2tg + e); h_state_store writes them back. */
+FA_DEV void h_state_load(const fa_params &p, int64_t row, int i, int tg, float *acc,
+                         float (&m)[2], float (&l)[2]) {
+  m[i] = p.st_m[row] * FA_LOG2E;
+  l[i] = tg == 0 ? p.st_l[row] : 0.0f;
+  const float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    acc[4 * n + 2 * i] = a[n * 8 + 2 * tg];
+    acc[4 * n + 2 * i + 1] = a[n * 8 + 2 * tg + 1];
+  }
+}
+
+/* After the quad's l shares are summed (every lane holds the row's l). */
+FA_DEV void h_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
+                          const float (&m)[2], const float (&l)[2]) {
+  if (tg == 0) {
+    p.st_m[row] = m[i] / FA_LOG2E;
+    p.st_l[row] = l[i];
+  }
+  float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    a[n * 8 + 2 * tg] = acc[4 * n + 2 * i];
+    a[n * 8 + 2 * tg + 1] = acc[4 * n + 2 * i + 1];
+  }
+}
+#endif
+
 FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa_sm90_maps maps) {
 #if FA_SM90_DEVICE
   FA_SMEM(smem_raw);
   unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
-  fa_elem *sQ = (fa_elem *)smem;            /* [2 column blocks][H_BM][64], swizzled */
-  fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][2][H_BN][64] */
-  fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][2][H_BN][64] */
+  fa_elem *sQ = (fa_elem *)smem;            /* [H_NCB column blocks][H_BM][64], swizzled */
+  fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][H_NCB][H_BN][64] */
+  fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][H_NCB][H_BN][64] */
   uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV), *empty_q = bar_q + 1;
   uint64_t *full_k = empty_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
            *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
@@ -321,8 +373,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         /* Q once both consumers are done with the last one (their O stores included) */
         fa_mbar_wait(empty_q, (nw & 1) ^ 1);
         fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
-        fa_tma_load_4d(sQ, &maps.q, 0, T.R0, T.h, T.b, bar_q);
-        fa_tma_load_4d(sQ + H_BM * H_CB, &maps.q, H_CB, T.R0, T.h, T.b, bar_q);
+        for (int cb = 0; cb < H_NCB; cb++)
+          fa_tma_load_4d(sQ + cb * H_BM * H_CB, &maps.q, cb * H_CB, T.R0, T.h, T.b, bar_q);
         /* K_0, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at once */
         for (int j = 0; j <= T.ntiles; j++) {
           if (j < T.ntiles) {
@@ -330,18 +382,18 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_elem *k = sK + st * H_BN * DQK;
             fa_mbar_wait(&empty_k[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
-            fa_tma_load_4d(k, &maps.k, 0, T.kbase + j * H_BN, T.hk, T.b, &full_k[st]);
-            fa_tma_load_4d(k + H_BN * H_CB, &maps.k, H_CB, T.kbase + j * H_BN, T.hk, T.b,
-                           &full_k[st]);
+            for (int cb = 0; cb < H_NCB; cb++)
+              fa_tma_load_4d(k + cb * H_BN * H_CB, &maps.k, cb * H_CB, T.kbase + j * H_BN, T.hk,
+                             T.b, &full_k[st]);
           }
           if (j > 0) {
             const int st = (it + j - 1) % H_STAGES, ph = ((it + j - 1) / H_STAGES) & 1;
             fa_elem *v = sV + st * H_BN * DV;
             fa_mbar_wait(&empty_v[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
-            fa_tma_load_4d(v, &maps.v, 0, T.kbase + (j - 1) * H_BN, T.hk, T.b, &full_v[st]);
-            fa_tma_load_4d(v + H_BN * H_CB, &maps.v, H_CB, T.kbase + (j - 1) * H_BN, T.hk, T.b,
-                           &full_v[st]);
+            for (int cb = 0; cb < H_NCB; cb++)
+              fa_tma_load_4d(v + cb * H_BN * H_CB, &maps.v, cb * H_CB, T.kbase + (j - 1) * H_BN,
+                             T.hk, T.b, &full_v[st]);
           }
         }
       } else {
@@ -354,8 +406,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             const int key = k0 + r;
             if (key < 0 || key >= (int)p.skv) continue;
             if (key >= T.kc0 && fa_key_seen(p, FA_CAUSAL, s, key, T.R0, T.R0 + T.rows - 1)) continue;
-            fa_zero_row128(v + r * H_CB);
-            fa_zero_row128(v + H_BN * H_CB + r * H_CB);
+            for (int cb = 0; cb < H_NCB; cb++) fa_zero_row128(v + cb * H_BN * H_CB + r * H_CB);
           }
           fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
           fa_syncwarp();
@@ -394,13 +445,22 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-    float acc[64]; /* O: the m64n128 D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
+    float acc[H_ON]; /* O: the m64n(DV) D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
     float S[64];   /* S_j, then P_j in float32 */
     uint32_t P[32]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
     FA_UNROLL
-    for (int x = 0; x < 64; x++) acc[x] = S[x] = 0.0f;
+    for (int x = 0; x < 64; x++) S[x] = 0.0f;
+    FA_UNROLL
+    for (int x = 0; x < H_ON; x++) acc[x] = 0.0f;
     FA_UNROLL
     for (int x = 0; x < 32; x++) P[x] = 0;
+    if (p.block_mode) {
+      FA_UNROLL
+      for (int i = 0; i < 2; i++)
+        if (wr0 + g + 8 * i < rows)
+          h_state_load(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + wr0 + g + 8 * i, i, tg,
+                       acc, m, l);
+    }
     fa_mbar_wait(bar_q, nw & 1);
 
     /* this warpgroup's tiles [ja, jb): slot j issues S_j for j in [ja, jb), P_{j-1} V_{j-1}
@@ -433,11 +493,11 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
         fa_wgmma_wait<0>();
         FA_UNROLL
-        for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+        for (int x = 0; x < H_ON; x++) fa_reg_fence(acc[x]);
         h_release(&empty_v[pst], lane);
         h_rescale(acc, alpha);
         H_PACK_P(P, S);
-      } else if (j == ja && j < jb) { /* the first S (O is 0) */
+      } else if (j == ja && j < jb) { /* the first S (O is 0, or the carried state's) */
         h_fence_operands(acc, S, P);
         H_ISSUE_QK(S, q_addr, k_addr);
         h_slot_issued(j, nslots, cw);
@@ -447,6 +507,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_release(&empty_k[st], lane);
         if (j > 0) h_release(&empty_v[pst], lane);
         h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        h_rescale(acc, alpha); /* the carried O in block mode (alpha is 0 for O = 0) */
         H_PACK_P(P, S);
       } else if (j == jb && j > ja) { /* the last P V */
         h_fence_operands(acc, S, P);
@@ -455,7 +516,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         if (j < ntiles) h_release(&empty_k[st], lane);
         fa_wgmma_wait<0>();
         FA_UNROLL
-        for (int x = 0; x < 64; x++) fa_reg_fence(acc[x]);
+        for (int x = 0; x < H_ON; x++) fa_reg_fence(acc[x]);
         h_release(&empty_v[pst], lane);
       } else { /* nothing of tiles j, j - 1 for this warpgroup: keep the turns and the ring */
         h_slot_issued(j, nslots, cw);
@@ -471,12 +532,16 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     /* O: with o_tma into this warpgroup's 64 rows of the Q tile (its last reader, this
      * warpgroup's S GEMM, has completed), swizzled as TMA loaded Q, then one TMA store of
-     * two 64 x 64 boxes, rows past sq clipped by TMA; else directly, row by row. */
-    unsigned char *sO = (unsigned char *)sQ; /* [2 column blocks][H_BM][128 bytes], swizzled */
+     * H_NCB boxes of 64 x 64, rows past sq clipped by TMA; else directly, row by row. */
+    unsigned char *sO = (unsigned char *)sQ; /* [H_NCB column blocks][H_BM][128 bytes], swizzled */
     FA_UNROLL
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
       if (r >= rows) continue;
+      if (p.block_mode) { /* the state back instead of O and LSE (sinks: at finalize) */
+        h_state_store(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, acc, m, l);
+        continue;
+      }
       const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
       float inv, lse2;
       fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
@@ -505,8 +570,9 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     else fa_named_bar_sync(H_BAR_O + 1, 128);
     if (tid % 128 == 0) {
       if (store) {
-        fa_tma_store_4d(&maps.o, sQ + 64 * cw * H_CB, 0, R0 + 64 * cw, h, b);
-        fa_tma_store_4d(&maps.o, sQ + H_BM * H_CB + 64 * cw * H_CB, H_CB, R0 + 64 * cw, h, b);
+        for (int cb = 0; cb < H_NCB; cb++)
+          fa_tma_store_4d(&maps.o, sQ + (cb * H_BM + 64 * cw) * H_CB, cb * H_CB, R0 + 64 * cw, h,
+                          b);
         fa_bulk_commit();
         fa_bulk_wait_read<0>(); /* shared memory stays until TMA has read it */
       }
@@ -519,19 +585,17 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  if (c->st || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+  if (pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
   static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
   if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_fwd_))) return FA_ERR_FALLBACK;
-  fa_params p = fa_params_make(c);
-  p.o = c->o;
-  p.lse = c->lse;
-  p.lse_rows = c->lse_rows;
+  fa_params p = fa_fwd_params(c); /* block mode: the state (c->st) instead of O and LSE */
   fa_sm90_maps maps;
+  memset(&maps, 0, sizeof maps);
   if (fa_sm90_tmap(&maps.q, pb->q, DQK, pb->sq, pb->Hq, pb->B, H_BM, FA_BF16) ||
       fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16) ||
       fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16))
     return FA_ERR_FALLBACK;
-  maps.o_tma = fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
+  maps.o_tma = !c->st && fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
   p.ntiles = (pb->sq + H_BM - 1) / H_BM; /* query tiles */
   const int64_t nwork = p.ntiles * pb->Hq * pb->B;
   if (nwork > INT32_MAX) return FA_ERR_FALLBACK;

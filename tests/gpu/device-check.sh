@@ -266,7 +266,7 @@ CTEST_OUT="$DEST/.ctest.txt"
 STAGE_NOTE="ctest -L gpu -j4"
 stage tests 240 bash -c "set -o pipefail; ctest --test-dir '$BUILD' -L gpu --output-on-failure -j 4 --timeout 300 | tee '$CTEST_OUT'"
 # The forward parts again with the Hopper kernels allowed (ATTN_CUDA_HOPPER=1): on sm_90
-# every one-shot d=128 forward of them runs flash_fwd_*_sm90 (the hopper part ran it
+# every one-shot d=128 forward of them runs flash_fwd_*_sm90 (cuda_hopper_fwd ran it
 # already), and every non-deterministic d=128 backward flash_bwd_*_sm90 (so does
 # cuda_hopper_bwd).
 STAGE_NOTE="ATTN_CUDA_HOPPER=1: fwd bwd flags windows empty quick"

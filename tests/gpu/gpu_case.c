@@ -649,3 +649,53 @@ int64_t gc_plant_unseen(gc_prob *P, float k_odd, float k_even, float v_odd, floa
   }
   return planted;
 }
+
+int gc_have_dims(const gc_case *c) {
+  char want[24];
+  const int dv = c->Dv ? c->Dv : c->D;
+  if (c->dtype == ATTN_F32) return 1; /* any multiple of 8 up to 256, always built */
+  if (dv == c->D) snprintf(want, sizeof want, "%d", c->D);
+  else snprintf(want, sizeof want, "%dx%d", c->D, dv);
+  const char *s = attn_cuda_head_dims();
+  for (const char *p = strstr(s, want); p; p = strstr(p + 1, want)) {
+    const int before = p == s || p[-1] == ' ' || p[-1] == ',';
+    const char after = p[strlen(want)];
+    if (before && (after == '\0' || after == ',' || after == ' ')) return 1;
+  }
+  return 0;
+}
+
+int64_t gc_empty_wrong(const gc_prob *P, const gc_out *out) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < P->Sq; i++) {
+    int any = 0;
+    for (int64_t j = 0; j < P->Skv && !any; j++) any = P->vis[i * P->Skv + j];
+    if (any) continue;
+    for (int64_t b = 0; b < P->B; b++)
+      for (int64_t h = 0; h < P->Hq; h++) {
+        const float L = out->lse[(b * P->Hq + h) * P->Sq + i];
+        bad += P->sinks ? !(fabsf(L - P->sinks[h]) <= 0x1p-22f * fabsf(P->sinks[h]) + 1e-7f)
+                        : !(isinf(L) && L < 0);
+        for (int64_t d = 0; d < P->Dv; d++) bad += out->o[((b * P->Sq + i) * P->Hq + h) * P->Dv + d] != 0.0f;
+        for (int64_t d = 0; out->dq && d < P->D; d++)
+          bad += out->dq[((b * P->Sq + i) * P->Hq + h) * P->D + d] != 0.0f;
+      }
+  }
+  return bad;
+}
+
+int64_t gc_make_hot(gc_prob *P) {
+  const int64_t hot = P->Skv / 2;
+  int64_t masked = 0;
+  for (int64_t j = 0; j < P->Skv; j++)
+    for (int64_t b = 0; b < P->B; b++)
+      for (int64_t h = 0; h < P->Hkv; h++)
+        P->k[((b * P->Skv + j) * P->Hkv + h) * P->D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
+  for (int64_t i = 0; i < P->Sq; i++) {
+    masked += !P->vis[i * P->Skv + hot];
+    for (int64_t b = 0; b < P->B; b++)
+      for (int64_t h = 0; h < P->Hq; h++)
+        P->q[((b * P->Sq + i) * P->Hq + h) * P->D] = P->vis[i * P->Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+  }
+  return masked;
+}

@@ -118,6 +118,19 @@ int64_t gc_plant_unseen(gc_prob *P, float k_odd, float k_even, float v_odd, floa
  * 2 softcap and f16, 3 sinks and [B,H,S,D] views, 4 MQA (else GQA 4:2). */
 gc_case gc_flags_case(const char *name, int m, int64_t sq, int64_t skv, int64_t wide_left);
 
+/* 1 when this build has bf16/f16 kernels for the case's head dims (attn_cuda_head_dims;
+ * float32: always). */
+int gc_have_dims(const gc_case *c);
+/* The exact values of the rows of P that see no key, after a forward (and a backward
+ * when out->dq is set): O = 0, LSE = -inf or the head's sink, dQ = 0. Returns how many
+ * are wrong. */
+int64_t gc_empty_wrong(const gc_prob *P, const gc_out *out);
+/* Key Skv / 2 made hot on the host copies (bf16 only: f16 cannot hold it): its score
+ * overflows to +inf (1e30 x 1e10 in the first column) exactly for the rows that must not
+ * see it, the first column of every other q and k row 0. The caller uploads (gc_sync).
+ * Returns how many rows do not see the hot key. */
+int64_t gc_make_hot(gc_prob *P);
+
 /* float -> nearest bf16 / f16 (bits), and back; gc_round is the identity for float32. */
 uint16_t gc_to_bits(float x, int dtype);
 float gc_from_bits(uint16_t h, int dtype);

@@ -3,10 +3,10 @@
  * and varlen, the block API (chained / merged / split rows == one shot), empty rows and
  * NaN/Inf in unseen keys, deterministic backward bitwise repeatable, unsupported inputs.
  * bf16/fp16 judged by the 2x same-precision rule. Exits 77 when there is no device.
- * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32|hopper
+ * Usage: test_cuda_attn fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32
  * (one ctest each; dims: head dim 256 and (Dqk, Dv) = (192, 128) on small shapes; f32: the
- * float32 SIMT kernels, judged against float32 tolerances; hopper: the sm90 forward, with
- * the path each case took checked against attn_cuda_fwd_path).
+ * float32 SIMT kernels, judged against float32 tolerances). The Hopper kernels have their
+ * own tests: test_cuda_sm90_fwd.c, test_cuda_sm90_bwd.c.
  * Built twice: on the CUDA runtime, and on the emulator (smaller cases) for CPU-only CI. */
 #include <math.h>
 #include <stdlib.h>
@@ -16,23 +16,6 @@
 
 static uint64_t next_seed = 1;
 static int E; /* emulated: fewer, smaller cases */
-static int check_path; /* hopper part: the forward took the path attn_cuda_fwd_path names */
-
-/* 1 when this build has kernels for the case's head dims and dtype. */
-static int have_dims(const gc_case *c) {
-  char want[24];
-  const int dv = c->Dv ? c->Dv : c->D;
-  if (c->dtype == ATTN_F32) return 1; /* any multiple of 8 up to 256, always built */
-  if (dv == c->D) snprintf(want, sizeof want, "%d", c->D);
-  else snprintf(want, sizeof want, "%dx%d", c->D, dv);
-  const char *s = attn_cuda_head_dims();
-  for (const char *p = strstr(s, want); p; p = strstr(p + 1, want)) {
-    const int before = p == s || p[-1] == ' ' || p[-1] == ',';
-    const char after = p[strlen(want)];
-    if (before && (after == '\0' || after == ',' || after == ' ')) return 1;
-  }
-  return 0;
-}
 
 static void expect_ok(attn_status st, const char *what, const gc_case *c) {
   if (st == ATTN_OK) return;
@@ -43,18 +26,12 @@ static void expect_ok(attn_status st, const char *what, const gc_case *c) {
 
 /* Forward (and backward) of one case against the references. */
 static void run(gc_case c, int bwd) {
-  if (!have_dims(&c)) return;
+  if (!gc_have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  if (check_path) {
-    const char *want = attn_cuda_fwd_path(&P.pb), *got = attn_cuda_last_fwd_path();
-    char desc[600];
-    gc_describe(&c, desc, sizeof desc);
-    TU_CHECK(!strcmp(want, got), "forward ran %s, expected %s: %s", got, want, desc);
-  }
   if (bwd) expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
   gc_check(&P, &out, bwd, bwd ? ((c.seed & 1) ? "fwd+bwd (deterministic)" : "fwd+bwd") : "fwd");
   gc_out_free(&out);
@@ -210,7 +187,6 @@ static void run_empty(gc_case c, int expect);
 static void run_hot(gc_case c);
 static void check_block_case(gc_case c);
 enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
-static void sweep_hopper(void);
 
 static void sweep_wide_dims(void) {
   static const int dims[][2] = {{256, 256}, {192, 128}};
@@ -291,106 +267,6 @@ static void sweep_f32(void) {
                 .causal = 1, .dtype = ATTN_F32}, 1);
 }
 
-/* ---- the Hopper forward (sm90: TMA, wgmma, warp-specialised) --------------------------
- * Head dim 128, bf16/f16, one shot: around its 128-row / 128-key tiles (and the 64-row
- * consumer halves), Sq != Skv both ways, every mask flag, GQA/MQA, strided views, empty
- * rows and NaN/Inf in unseen keys; varlen, block masks and the block API must route to the
- * mma.sync kernel. The sm90 path is on for the whole part (attn_cuda_set_hopper(1)); on a
- * device that is not compute capability 9.0 every case runs mma.sync. */
-/* The forward into a padded O ([B][Sq + 5][Hq][Dv + 8], poisoned): only rows below Sq and
- * the Dv columns change (the sm90 TMA store clips at the tensor's end), bit for bit what
- * the same forward wrote into the dense O that gc_check judged. */
-static void run_padded_o(gc_case c) {
-  gc_prob P;
-  gc_out out = {0};
-  c.seed = next_seed++;
-  gc_init(&P, &c);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  gc_check(&P, &out, 0, "fwd");
-  gc_out_free(&out);
-  const int64_t S = P.Sq, H = P.Hq, D = P.Dv, sh = D + 8, ss = H * sh, sb = (S + 5) * ss;
-  const size_t n = (size_t)(P.B * sb), nd = (size_t)gc_n_o(&P);
-  uint16_t *dense = tu_alloc(nd * 2), *pad = tu_alloc(n * 2);
-  void *d_pad = td_alloc(n * 2);
-  td_download(dense, P.d_o, nd * 2);
-  td_memset(d_pad, 0xFF, n * 2);
-  const attn_cuda_view v = {d_pad, sb, ss, sh}, dv = gc_view(&P, P.d_o, S, H, D);
-  expect_ok(attn_cuda_fwd(&P.pb, v, P.d_lse, S, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd (padded O)", &c);
-  td_sync();
-  td_download(pad, d_pad, n * 2);
-  int64_t bad = 0;
-  for (int64_t b = 0; b < P.B; b++)
-    for (int64_t r = 0; r < S + 5; r++)
-      for (int64_t h = 0; h < H; h++)
-        for (int64_t d = 0; d < sh; d++) {
-          const uint16_t want = r < S && d < D ? dense[b * dv.sb + r * dv.ss + h * dv.sh + d] : 0xFFFF;
-          bad += pad[b * sb + r * ss + h * sh + d] != want;
-        }
-  TU_CHECK(!strcmp(attn_cuda_last_fwd_path(), "sm90"), "padded O ran %s", attn_cuda_last_fwd_path());
-  TU_CHECK(bad == 0, "padded O: %lld elements differ from the dense O or overwrote padding", (long long)bad);
-  td_free(d_pad);
-  free(dense);
-  free(pad);
-  gc_free(&P);
-}
-
-static void sweep_hopper(void) {
-  static const int64_t sizes[][2] = {{1, 1},     {64, 64},   {65, 63},   {127, 129}, {129, 127},
-                                     {128, 128}, {200, 333}, {333, 200}, {256, 1},   {1, 300},
-                                     {1000, 1030}};
-  static const int64_t emu_sizes[][2] = {{1, 1}, {65, 63}, {129, 200}, {200, 129}, {1, 130}};
-  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
-  attn_cuda_set_hopper(1);
-  check_path = 1;
-  for (int i = 0; i < n; i++)
-    for (int causal = 0; causal < 2; causal++) {
-      gc_case c = {.name = "sm90 shape", .B = 1 + (i & 1), .Sq = E ? emu_sizes[i][0] : sizes[i][0],
-                   .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = 2, .Hkv = 1, .D = 128,
-                   .causal = causal, .bhsd = i % 3 == 1,
-                   .dtype = ((i + causal) & 1) ? ATTN_F16 : ATTN_BF16};
-      run(c, i == 2);
-    }
-  /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
-  for (int m = 0; m < 32; m += E ? 3 : 1) {
-    run(gc_flags_case("sm90 flags", m, E ? 150 : 300, E ? 170 : 280, 130), 0);
-  }
-  /* many key tiles per CTA: every stage of the K/V ring reused, the pipelined steady
-   * state, the warpgroups' first and last tiles apart (window), a CTA with one warpgroup idle */
-  for (int m = 0; m < 4; m++) {
-    gc_case c = {.name = "sm90 ring", .B = 1, .Sq = E ? 130 : 700, .Skv = E ? 700 : 1600,
-                 .Hq = 2, .Hkv = 1, .D = 128, .causal = m & 1, .dtype = m & 1 ? ATTN_F16 : ATTN_BF16};
-    if (m & 2) c.window = 1, c.wl = E ? 300 : 500, c.wr = (m & 1) ? -1 : 70, c.sinks = 1;
-    run(c, 0);
-  }
-  run_empty((gc_case){.name = "sm90 causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70,
-                      .Hq = 2, .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
-            EXPECT_EMPTY_ROWS);
-  run_empty((gc_case){.name = "sm90 window off the end", .B = 1, .Sq = E ? 150 : 300, .Skv = 100,
-                      .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
-                      .dtype = ATTN_F16}, EXPECT_EMPTY_ROWS);
-  run_empty((gc_case){.name = "sm90 narrow window", .B = 1, .Sq = E ? 70 : 150, .Skv = E ? 300 : 500,
-                      .Hq = 2, .Hkv = 1, .D = 128, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
-                      .dtype = ATTN_BF16}, EXPECT_UNSEEN_KEYS);
-  run_hot((gc_case){.name = "sm90 hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
-                    .Hq = 2, .Hkv = 2, .D = 128, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
-                    .dtype = ATTN_BF16});
-  run_padded_o((gc_case){.name = "sm90 padded O", .B = 2, .Sq = E ? 130 : 333, .Skv = 150,
-                         .Hq = 2, .Hkv = 1, .D = 128, .causal = 1, .dtype = ATTN_BF16});
-  /* routed to mma.sync: varlen, block masks (and, in check_block_case, the block API) */
-  static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
-  run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = 128, .nseq = 3, .lq = lq,
-                .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0);
-  run((gc_case){.name = "sm90 -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2, .Hkv = 1,
-                .D = 128, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0);
-  check_block_case((gc_case){.name = "sm90 block API", .B = 1, .Sq = 90, .Skv = 150, .Hq = 2,
-                             .Hkv = 1, .D = 128, .causal = 1, .sinks = 1, .dtype = ATTN_BF16});
-  if (!E)
-    both_dtypes((gc_case){.name = "sm90 big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
-                          .D = 128, .causal = 1, .sinks = 1}, 0);
-  check_path = 0;
-  attn_cuda_set_hopper(-1);
-}
-
 /* ---- the block API ------------------------------------------------------------------- */
 static void *alloc_state(attn_state *st, const gc_prob *P, int64_t rows) {
   const int64_t n = P->B * P->Hq * rows;
@@ -444,7 +320,7 @@ static void same_as_one_shot(gc_prob *P, const gc_out *chained, const gc_out *on
 }
 
 static void check_block_case(gc_case c) {
-  if (!have_dims(&c)) return;
+  if (!gc_have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0}, one = {0};
@@ -541,7 +417,7 @@ static void check_block(void) {
 /* ---- empty rows, NaN/Inf in unseen keys, hot keys ------------------------------------ */
 
 static void run_empty(gc_case c, int expect) {
-  if (!have_dims(&c)) return;
+  if (!gc_have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
@@ -552,20 +428,7 @@ static void run_empty(gc_case c, int expect) {
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
   if (gc_check(&P, &out, 1, "NaN/Inf in unseen keys")) {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < P.Sq; i++) {
-      int any = 0;
-      for (int64_t j = 0; j < P.Skv && !any; j++) any = P.vis[i * P.Skv + j];
-      if (any) continue;
-      for (int64_t b = 0; b < P.B; b++)
-        for (int64_t h = 0; h < P.Hq; h++) {
-          const float L = out.lse[(b * P.Hq + h) * P.Sq + i];
-          bad += P.sinks ? !(fabsf(L - P.sinks[h]) <= 0x1p-22f * fabsf(P.sinks[h]) + 1e-7f)
-                         : !(isinf(L) && L < 0);
-          for (int64_t d = 0; d < P.Dv; d++) bad += out.o[((b * P.Sq + i) * P.Hq + h) * P.Dv + d] != 0.0f;
-          for (int64_t d = 0; d < P.D; d++) bad += out.dq[((b * P.Sq + i) * P.Hq + h) * P.D + d] != 0.0f;
-        }
-    }
+    const int64_t bad = gc_empty_wrong(&P, &out);
     char desc[600];
     gc_describe(&c, desc, sizeof desc);
     TU_CHECK(bad == 0, "%lld wrong exact values in empty rows (%lld) of %s", (long long)bad,
@@ -581,18 +444,12 @@ static void run_empty(gc_case c, int expect) {
  * +inf exactly where the mask must win (see tests/test_empty.c). bf16 only: f16 cannot
  * hold the 1e30 key. */
 static void run_hot(gc_case c) {
-  if (!have_dims(&c)) return;
+  if (!gc_have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
-  const int64_t hot = P.Skv / 2;
-  for (int64_t j = 0; j < P.Skv; j++)
-    for (int64_t b = 0; b < P.B; b++)
-      for (int64_t h = 0; h < P.Hkv; h++) P.k[((b * P.Skv + j) * P.Hkv + h) * P.D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
-  for (int64_t i = 0; i < P.Sq; i++)
-    for (int64_t b = 0; b < P.B; b++)
-      for (int64_t h = 0; h < P.Hq; h++) P.q[((b * P.Sq + i) * P.Hq + h) * P.D] = P.vis[i * P.Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+  gc_make_hot(&P);
   gc_sync(&P);
   expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
@@ -647,7 +504,7 @@ static void check_det(void) {
                    .Dv = 32, .causal = 1, .sinks = 1, .dtype = ATTN_F32}};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     gc_case c = cs[i];
-    if (!have_dims(&c)) continue;
+    if (!gc_have_dims(&c)) continue;
     c.seed = next_seed++;
     gc_prob P;
     gc_out a = {0}, b = {0}, f = {0};
@@ -705,7 +562,7 @@ static void check_api(void) {
   p = P.pb;
   p.Dqk = 192;
   p.Dv = 128;
-  const int have_192 = have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16});
+  const int have_192 = gc_have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16});
   expect_fail(attn_cuda_check(&p), have_192 ? ATTN_OK : ATTN_ERR_UNSUPPORTED,
               "head_dim_v=128", "192x128");
   p.Dqk = 128;
@@ -771,9 +628,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(part, "quick")) quick();
   else if (!strcmp(part, "dims")) sweep_wide_dims();
   else if (!strcmp(part, "f32")) sweep_f32();
-  else if (!strcmp(part, "hopper")) sweep_hopper();
   else {
-    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32|hopper)\n", part);
+    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32)\n", part);
     return 2;
   }
   char name[64];

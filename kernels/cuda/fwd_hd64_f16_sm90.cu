@@ -1,0 +1,7 @@
+/* fwd_hd64_f16_sm90.cu — Hopper (sm_90a) flash forward instance: head dim 64, f16, not causal; warp-specialised TMA + wgmma (fwd_sm90_body.cuh). */
+#define FA_HDQK 64
+#define FA_HDV 64
+#define FA_BF16 0
+#define FA_CAUSAL 0
+#define FA_SUFFIX hd64_f16_sm90
+#include "fwd_sm90_body.cuh"
