@@ -185,7 +185,7 @@ static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_st
   ATTN_CHECK(workspace(ctx, &p));
   ATTN_CHECK(stats_begin(ctx, &p, 0));
   ATTN_CHECK(attn_cuda_fwd_block(&p, st, be->ws, be->ws_bytes, be->stream));
-  stats_end(ctx, 0, 0);
+  stats_end(ctx, 0, !strcmp(attn_cuda_last_fwd_path(), "sm90"));
   return ATTN_OK;
 }
 

@@ -111,11 +111,13 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
  * them, 0 keeps every forward and backward on the mma.sync kernels, -1 (the start) follows ATTN_CUDA_HOPPER (default
  * 0). For tests and benchmarks that compare the two in one process. */
 void attn_cuda_set_hopper(int mode);
-/* The kernel family attn_cuda_fwd would pick for p now: "sm90", "mma", "f32" or "none".
+/* The kernel family attn_cuda_fwd or attn_cuda_fwd_block would pick for p now: "sm90",
+ * "mma", "f32" or "none".
  * ("sm90" can still fall back to "mma" at launch, logged at INFO, when the build has no
  * sm_90a image for the device or TMA cannot describe a view.) */
 const char *attn_cuda_fwd_path(const attn_cuda_problem *p);
-/* The family the last bf16/f16 attn_cuda_fwd call of the process ran: "sm90" or "mma". */
+/* The family the last bf16/f16 attn_cuda_fwd or attn_cuda_fwd_block call of the process
+ * ran: "sm90" or "mma". */
 const char *attn_cuda_last_fwd_path(void);
 /* The same for attn_cuda_bwd_block (the Hopper backward also needs deterministic == 0),
  * and the family its last bf16/f16 call ran: "sm90" or "mma". */
