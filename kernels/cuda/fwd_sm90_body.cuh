@@ -41,8 +41,8 @@
  * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
  * (D / 64 boxes of 64 x 64, one bulk group, rows past sq clipped by TMA); O views TMA cannot
  * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
- * ring's stages and phases run on across work tiles, so the producer loads the next
- * tile's K and V while the consumers finish the last.
+ * ring's stages and phases run on across work tiles, and the producer loads the next
+ * tile's K_0 before its Q, so K_0 is in flight while the consumers finish the last tile.
  *
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
@@ -370,12 +370,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
       const h_tile T = h_tile_at(p, s, w);
       if (warp == 0) {
-        /* Q once both consumers are done with the last one (their O stores included) */
-        fa_mbar_wait(empty_q, (nw & 1) ^ 1);
-        fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
-        for (int cb = 0; cb < H_NCB; cb++)
-          fa_tma_load_4d(sQ + cb * H_BM * H_CB, &maps.q, cb * H_CB, T.R0, T.h, T.b, bar_q);
-        /* K_0, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at once */
+        /* K_0, Q, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at
+         * once. K_0 goes before Q: its stage was released during the last tile's slots, so
+         * it loads while the consumers still finish that tile (Q shares its buffer with
+         * their O stores and waits for both on empty_q). */
         for (int j = 0; j <= T.ntiles; j++) {
           if (j < T.ntiles) {
             const int st = (it + j) % H_STAGES, ph = ((it + j) / H_STAGES) & 1;
@@ -385,6 +383,12 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             for (int cb = 0; cb < H_NCB; cb++)
               fa_tma_load_4d(k + cb * H_BN * H_CB, &maps.k, cb * H_CB, T.kbase + j * H_BN, T.hk,
                              T.b, &full_k[st]);
+          }
+          if (j == 0) { /* Q once both consumers are done with the last one (O stores included) */
+            fa_mbar_wait(empty_q, (nw & 1) ^ 1);
+            fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
+            for (int cb = 0; cb < H_NCB; cb++)
+              fa_tma_load_4d(sQ + cb * H_BM * H_CB, &maps.q, cb * H_CB, T.R0, T.h, T.b, bar_q);
           }
           if (j > 0) {
             const int st = (it + j - 1) % H_STAGES, ph = ((it + j - 1) / H_STAGES) & 1;
