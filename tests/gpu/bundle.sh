@@ -147,13 +147,17 @@ copy_lib() {
   fi
 }
 
-# The build tree, pruned: what ctest -L gpu and device-check.sh read. CTest files name the
+# The build tree, pruned: what ctest -L gpu and device-check.sh read (its SASS census
+# disassembles the objects kept here). CTest files name the
 # build folder, which moves from .gpu-bundle-cache/build to .gpu-bundle/build.
 export_build() {
   local f rel
   mkdir -p "$NEW/build"
   (cd "$BUILD" && find . \( -name CTestTestfile.cmake -o -name CMakeCache.txt \
-    -o -name fwd_hd128_bf16_causal.cu.o -o -name bwd_hd128_bf16.cu.o \) -print0 |
+    -o -name fwd_hd128_bf16_causal.cu.o -o -name bwd_hd128_bf16.cu.o \
+    -o -name fwd_hd128_bf16_causal_sm90.cu.o -o -name bwd_hd128_bf16_sm90.cu.o \
+    -o -name bwd_hd128_f16_causal_sm90.cu.o -o -name fwd_hd64_bf16_sm90.cu.o \
+    -o -name bwd_hd64_bf16_causal_sm90.cu.o \) -print0 |
     xargs -0 cp -a --parents -t "$NEW/build") || die "copying the build tree failed"
   [ -d "$BUILD/ptxas" ] && cp -a "$BUILD/ptxas" "$NEW/build/"
   # Executables and shared libraries we built (not CMake's own probes under CMakeFiles/).
