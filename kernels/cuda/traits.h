@@ -36,7 +36,8 @@
  * x 128 keys, consumers of 64 rows, a 3-stage K/V ring, 225 KB of shared memory. The
  * backward (bwd_sm90_body.cuh, head dims 64 and 128): 128 keys per CTA, consumers of 64
  * keys, a ring of 64-row (Q, dO) tiles, 2 stages and about 166 KB at d = 128, 4 stages and
- * about 134 KB at d = 64. These mma.sync kernels stay the sm_80 path and the
+ * about 134 KB at d = 64; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
+ * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These mma.sync kernels stay the sm_80 path and the
  * fallback (the block mode, varlen, block masks, other head dims, a deterministic dQ). */
 #ifndef ATTN_CUDA_TRAITS_H
 #define ATTN_CUDA_TRAITS_H

@@ -9,7 +9,8 @@
  * [B,H,S,D] views, empty rows, NaN/Inf in keys no query sees and +inf scores exactly
  * where the mask must win. The float32 gradients
  * live in padded views (8 extra floats a row, 3 extra rows a batch) whose padding is
- * poisoned with NaN bits and must come back untouched. Each case checks the path it ran
+ * poisoned (NaN bits; -0.0 in the extra rows, which an add of 0 changes) and must come back
+ * untouched. Each case checks the path it ran
  * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
  * masks must run mma.sync. bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
  * Blocks of longer sequences (q_pos0 / k_pos0, which the oracle here does not model) are
@@ -39,8 +40,11 @@ static void expect_ok(attn_status st, const char *what, const gc_case *c) {
 
 enum { PADC = 8, PADR = 3 }; /* padding of the gradient views: floats a row, rows a batch */
 
-/* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], poisoned with NaN bits, the
- * real elements zeroed. */
+/* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], the real elements zeroed; the
+ * padding columns poisoned with NaN bits, the padding rows with -0.0 (an add of +0.0
+ * there, say a TMA box not clipped at S, changes those; it would leave a NaN as it was). */
+#define POISON_COL 0xFFFFFFFFu
+#define POISON_ROW 0x80000000u
 typedef struct {
   float *dev;
   int64_t S, H, D, n;
@@ -54,11 +58,13 @@ static void pad_alloc(pad_grad *g, int64_t B, int64_t S, int64_t H, int64_t D) {
   g->v.sb = (S + PADR) * g->v.ss;
   g->n = B * g->v.sb;
   g->dev = td_alloc((size_t)g->n * 4);
-  float *h = tu_alloc((size_t)g->n * 4);
-  memset(h, 0xFF, (size_t)g->n * 4);
+  uint32_t *h = tu_alloc((size_t)g->n * 4);
+  for (int64_t i = 0; i < g->n; i++) h[i] = POISON_ROW;
   for (int64_t b = 0; b < B; b++)
     for (int64_t s = 0; s < S; s++)
-      for (int64_t x = 0; x < H; x++) memset(h + b * g->v.sb + s * g->v.ss + x * g->v.sh, 0, (size_t)D * 4);
+      for (int64_t x = 0; x < H; x++)
+        for (int64_t d = 0; d < D + PADC; d++)
+          h[b * g->v.sb + s * g->v.ss + x * g->v.sh + d] = d < D ? 0u : POISON_COL;
   td_upload(g->dev, h, (size_t)g->n * 4);
   free(h);
   g->v.p = g->dev;
@@ -79,7 +85,7 @@ static int64_t pad_gather(pad_grad *g, int64_t B, float *out) {
           } else {
             uint32_t u;
             memcpy(&u, p, 4);
-            changed += u != 0xFFFFFFFFu;
+            changed += u != (s < g->S ? POISON_COL : POISON_ROW);
           }
         }
   free(h);
