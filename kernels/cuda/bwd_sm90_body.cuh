@@ -502,8 +502,11 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
    * run on a GPU yet: the default stays the atomics until a GPU session has A/B-timed the
    * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
   memset(&maps.dq, 0, sizeof maps.dq);
-  maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1 &&
-                !fa_sm90_tmap_f32(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM);
+  maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
+  if (maps.dq_tma && fa_sm90_tmap_f32(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM)) {
+    attn__log(ATTN_LOG_INFO, "sm90 backward: dQ view not TMA-describable, dQ by atomics");
+    maps.dq_tma = 0;
+  }
   const int64_t grid_k = (pb->skv + G_BN - 1) / G_BN;
   p.ntiles = grid_k;
   int e;
