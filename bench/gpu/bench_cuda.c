@@ -15,7 +15,8 @@
  * both paths of a shape run side by side and the sm90 row says its speed relative to
  * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
- * carry "impl": "attnrun-sm90".
+ * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqtma" under ATTN_SM90_DQ=1, the backward's
+ * TMA reduce-add dQ).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -301,6 +302,10 @@ int main(int argc, char **argv) {
   printf("%-4s %-5s %-7s %6s %3s %3s %-6s %10s %10s %8s %9s\n", "pass", "path", "hd", "N", "B", "H",
          "causal", "median ms", "min ms", "TFLOP/s", "check");
   int failed = 0;
+  /* the sm90 backward's dQ mode (kernels/cuda/bwd_sm90_body.cuh): its own name in the
+   * records when it is the TMA reduce-add, so both modes can sit in one file */
+  const char *dq = getenv("ATTN_SM90_DQ");
+  const char *impl90 = dq && atoi(dq) == 1 ? "attnrun-sm90-dqtma" : "attnrun-sm90";
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)
@@ -394,7 +399,7 @@ int main(int argc, char **argv) {
                       "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
                       "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
                       "\"git\": \"%s\", \"date\": \"%s\"}\n",
-                      sm90 ? "attnrun-sm90" : "attnrun", pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
+                      sm90 ? impl90 : "attnrun", pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
                       (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
                       prop.name, BENCH_GIT_SHA, date);
           }

@@ -154,6 +154,15 @@ def compare(args):
                      f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
+    # the sm90 backward's TMA reduce-add dQ (ATTN_SM90_DQ=1) against its atomics (the default)
+    for key in sorted(rows, key=lambda k: (-k[1][0], k[2], k[3])):
+        r, name = rows[key], "attnrun-sm90-dqtma"
+        if key[0] != "bwd" or name not in r or "tflops" not in r[name]:
+            continue
+        t, base = r[name]["tflops"], r.get("attnrun-sm90", {}).get("tflops")
+        rel = f"{t / base:.2f} of atomic dQ" if base else "-"
+        lines.append(f"| bwd sm90 dQ by TMA | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
+                     f"- | {t:.1f} | - | - | - | {rel} | {r[name].get('check', '-')} |")
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"
             + "\n".join(lines) + "\n")

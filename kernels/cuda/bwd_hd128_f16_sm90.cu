@@ -1,4 +1,4 @@
-/* bwd_hd128_f16_sm90.cu — Hopper (sm_90a) flash backward instance: head dim 128, f16, not causal; TMA + wgmma, warp-specialised, dQ by atomics (bwd_sm90_body.cuh). */
+/* bwd_hd128_f16_sm90.cu — Hopper (sm_90a) flash backward instance: head dim 128, f16, not causal; TMA + wgmma, warp-specialised, dQ by atomics or TMA reduce-adds (bwd_sm90_body.cuh). */
 #define FA_HDQK 128
 #define FA_HDV 128
 #define FA_BF16 0

@@ -1,5 +1,5 @@
 /* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dims 64 and 128 (dK, dV
- * and dQ by float32 atomics in one kernel) and its launcher; instantiated by
+ * and dQ, added by float32 atomics or TMA reduce-adds, in one kernel) and its launcher; instantiated by
  * bwd_hd{64,128}_{bf16,f16}[_causal]_sm90.cu.
  *
  * The mma.sync dK/dV kernel's split (bwd_body.cuh), on wgmma: a CTA of three warpgroups
@@ -17,16 +17,28 @@
  *   dV += P^T dO, dK += dS^T Q     (m64n<d>k16, A = the D fragment reused as A, B MN-major),
  *   dS^T -> shared memory (two buffers), a named barrier over both consumers, then
  *   dQ = dS K over the 128 keys    (m64n64k16, A = dS^T MN-major, B = K MN-major)
- * added to the float32 dQ with atomics (not deterministic: ATTN_DETERMINISTIC runs the
- * mma.sync kernels). At d = 128 consumer w computes dQ's column block w every step; at
- * d = 64 there is one column block, and consumer (step & 1) computes it, so the two take
- * turns (the other starts the next step) and each dQ element gets one atomic a step. The
- * CTA is the only writer of its dK/dV rows. What this kernel does not do goes to the
+ * added to the float32 dQ (not deterministic: ATTN_DETERMINISTIC runs the mma.sync
+ * kernels). At d = 128 consumer w computes dQ's column block w every step; at d = 64 there
+ * is one column block, and consumer (step & 1) computes it, so the two take turns (the
+ * other starts the next step) and each dQ element gets one add a step. Two dQ modes, per
+ * launch (ATTN_SM90_DQ, a kernel parameter, warp-uniform branches): 0, the default, float2
+ * atomics from the consumers' registers; 1, as FlashAttention-3, the consumer writes its
+ * 64 x 64 float32 tile to a swizzled staging buffer of its own, fences (async proxy),
+ * meets its warpgroup at a named barrier, and one thread adds the tile with two TMA
+ * reduce-adds (cp.reduce.async.bulk.tensor .add, 32-column boxes, rows past sq clipped)
+ * and commits; it waits (wait_group.read) before the next step's dS barrier, after which
+ * the buffer is rewritten. That frees the consumers' issue slots and LSU of 16 atomics a
+ * thread a step, for 32 KB more shared memory. Neither mode has run on a GPU: the default
+ * stays the atomics until a GPU session has timed the two (A/B). The CTA is the only
+ * writer of its dK/dV rows. What this kernel does not do goes to the
  * mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks, head dims other
  * than 64 and 128, views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
+extern "C" {
+#include "../../runtime/internal.h" /* ATTN_PARAM */
+}
 
 #if DQK != DV || (DQK != 128 && DQK != 64)
 #error "the sm90 backward is written for head dims 64 and 128"
@@ -47,15 +59,23 @@
 #define G_SBYTES (G_BN * G_BM * 2) /* one dS^T buffer */
 #define G_NBAR (2 + 2 * G_STAGES)
 /* tiles, LSE / delta, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
-#define G_SMEM_BYTES                                                                         \
-  (1024 + G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +            \
+#define G_TILE_BYTES                                                                         \
+  (G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +                   \
    G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
-#if G_SMEM_BYTES > 227 * 1024
+#define G_SMEM_BYTES (1024 + G_TILE_BYTES)
+/* the dQ mode "tma" (ATTN_SM90_DQ=1) adds, 1024-aligned after the rest, one float32
+ * staging buffer a consumer: [2 halves of 32 columns][G_BM rows][32], 128-byte swizzle */
+#define G_DQ_OFF ((G_TILE_BYTES + 1023) / 1024 * 1024)
+#define G_DQ_HALF (G_BM * 32 * 4) /* one 32-column half: a TMA box */
+#define G_DQ_BYTES (2 * 2 * G_DQ_HALF)
+#define G_SMEM_TMA_BYTES (1024 + G_DQ_OFF + G_DQ_BYTES)
+#if G_SMEM_TMA_BYTES > 227 * 1024
 #error "the sm90 backward's shared memory exceeds the 227 KB a block may have"
 #endif
 #define G_PRODUCER_REGS 40
 #define G_CONSUMER_REGS 232 /* 128 x 40 + 256 x 232 = 64512 = 384 x 168, what the launch holds */
 #define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
+#define G_BAR_DQ 2          /* + consumer: its dQ staging buffer is written (dQ mode tma) */
 
 /* g_wgmma_rs_t: dV / dK += A B with N = d (m64n128k16 or m64n64k16, d/2 accumulators) */
 #if FA_BF16
@@ -74,11 +94,67 @@
 #ifndef FA_BWD90_MAPS_DEFINED
 #define FA_BWD90_MAPS_DEFINED
 /* TMA descriptors (d, s, h, b) of Q [B,sq,Hq,d], dO [B,sq,Hq,d] (boxes 64 x 64 rows),
- * K, V [B,skv,Hkv,d] (boxes 64 x 128 rows), 128-byte swizzle. */
+ * K, V [B,skv,Hkv,d] (boxes 64 x 128 rows), 128-byte swizzle; the float32 dQ
+ * [B,sq,Hq,d] (boxes 32 x 64 rows) and the dQ mode: dq_tma 0 adds dQ with float2 atomics
+ * from the consumers' registers, 1 stages it in shared memory and one thread a consumer
+ * adds it with TMA reduce-adds (dq is then valid). */
 struct fa_bwd90_maps {
-  fa_tmap q, o, k, v;
+  fa_tmap q, o, k, v, dq;
+  int dq_tma;
 };
+
+/* A 4-d map (d, s, h, b) of the float32 view v (extents D, S, H, B) with boxes of 32
+ * columns (128 bytes, the swizzle span) x box_rows rows, 128-byte swizzle; elements
+ * outside the tensor are not written. 0, or FA_ERR_FALLBACK as fa_sm90_tmap. */
+static int fa_sm90_tmap_f32(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
+                            int64_t B, int box_rows) {
+  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
+  uint64_t strides[3];
+  if ((uintptr_t)v.p % 16) return FA_ERR_FALLBACK;
+  for (int i = 0; i < 3; i++) {
+    const int64_t bytes = ext[i] == 1 ? D * 4 : st[i] * 4;
+    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
+    strides[i] = (uint64_t)bytes;
+  }
+  const uint32_t box[4] = {32, (uint32_t)box_rows, 1, 1};
+#ifndef ATTN_CUDA_EMULATE
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+  if (!encode) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn)
+      return FA_ERR_FALLBACK;
+    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+  }
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint32_t es[4] = {1, 1, 1, 1};
+  const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, v.p, dims, strides, box, es,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
+#else
+  memset(m, 0, sizeof *m);
+  m->base = v.p;
+  m->rank = 4;
+  m->elem_bytes = 4;
+  m->swizzle_bytes = 128;
+  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
+  for (int i = 0; i < 4; i++) {
+    m->dims[i] = dims[i];
+    m->box[i] = box[i];
+    m->strides[i] = i ? strides[i - 1] : 4;
+  }
+  return 0;
 #endif
+}
+#endif
+
+/* two floats, one 8-byte shared-memory store */
+struct alignas(8) g_f2 {
+  float x, y;
+};
 
 /* Step IT of a CTA: query head H of the group, first row QA. */
 #define G_STEP(IT, H, QA)                   \
@@ -206,6 +282,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
   /* ---- consumer warpgroups ------------------------------------------------------------ */
   fa_setmaxnreg_inc<G_CONSUMER_REGS>();
   const int cw = wg - 1, wq = warp % 4, g = lane / 4, tg = lane % 4;
+  const int dq_tma = maps.dq_tma; /* a kernel parameter: the branches on it are uniform */
   /* both consumers' key ranges (a step's dQ needs to know whether either has work) */
   const g_keys mine = g_wg_keys(p, s, K0, nk, cw), other = g_wg_keys(p, s, K0, nk, 1 - cw);
   /* the thread's two keys (rows g, g + 8 of its warp's 16 in the D fragment) */
@@ -306,6 +383,12 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         fa_reg_fence(dK[x]);
         fa_reg_fence(dV[x]);
       }
+      /* the A fragments' last writes (the packs above) stay before the wgmma.fence */
+      FA_UNROLL
+      for (int x = 0; x < 16; x++) {
+        fa_reg_fence_u32(PA[x]);
+        fa_reg_fence_u32(DA[x]);
+      }
       fa_wgmma_fence();
       FA_UNROLL
       for (int kc = 0; kc < G_BM / 16; kc++)
@@ -328,7 +411,11 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
      * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
      * while the other's dQ wgmma of step it still reads it (the wait of that wgmma is the
      * only thing that ends its reads, PTX ISA wgmma.wait_group). At d = 64 only consumer
-     * (it & 1) reads buffer it & 1, and it too waits before the barrier of step it + 1. */
+     * (it & 1) reads buffer it & 1, and it too waits before the barrier of step it + 1.
+     * dQ mode tma: the issuing thread waits here for its reduces of earlier steps to have
+     * read the staging buffer, which its warpgroup rewrites after the barrier (a step
+     * later than the issue, so the wait is rarely a stall). */
+    if (dq_tma && (tid & 127) == 0) fa_bulk_wait_read<0>();
     fa_named_bar_sync(G_BAR_DS, 256);
     /* the same for both consumers: at d = 128 each has a column block, at d = 64 they
      * take turns */
@@ -350,15 +437,43 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     fa_wgmma_wait<0>();
     FA_UNROLL
     for (int x = 0; x < 32; x++) fa_reg_fence(dQ[x]);
-    FA_UNROLL
-    for (int i = 0; i < 2; i++) {
-      const int q = qa + 16 * wq + g + 8 * i;
-      if (q > qhi) continue;
-      float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * qb;
+    if (dq_tma) {
+      /* the 64 x 64 tile into the staging buffer, as the dQ map's two 32-column boxes land
+       * (row r of a half: 128 bytes, 16-byte chunk c at c ^ (r % 8): a warp's float2
+       * stores hit each bank once per half-warp); TMA adds them, rows past sq clipped.
+       * Rows in (qhi, sq) get zeros: dS is 0 for rows no key of the CTA sees. */
+      unsigned char *stage = smem + G_DQ_OFF + cw * 2 * G_DQ_HALF;
       FA_UNROLL
-      for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
+      for (int n = 0; n < 8; n++)
+        FA_UNROLL
+        for (int i = 0; i < 2; i++) {
+          const int r = 16 * wq + g + 8 * i, chunk = (2 * (n & 3) + (tg >> 1)) ^ (r & 7);
+          *(g_f2 *)(stage + (n >> 2) * G_DQ_HALF + r * 128 + chunk * 16 + (tg & 1) * 8) =
+              g_f2{dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]};
+        }
+      fa_fence_proxy_async(); /* read by TMA (the async proxy) */
+      if (cw) /* constant barrier ids: ptxas then reserves only those */
+        fa_named_bar_sync(G_BAR_DQ + 1, 128);
+      else
+        fa_named_bar_sync(G_BAR_DQ, 128);
+      if ((tid & 127) == 0) {
+        fa_tma_reduce_add_4d(&maps.dq, stage, 64 * qb, qa, h, b);
+        fa_tma_reduce_add_4d(&maps.dq, stage + G_DQ_HALF, 64 * qb + 32, qa, h, b);
+        fa_bulk_commit();
+      }
+    } else {
+      FA_UNROLL
+      for (int i = 0; i < 2; i++) {
+        const int q = qa + 16 * wq + g + 8 * i;
+        if (q > qhi) continue;
+        float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * qb;
+        FA_UNROLL
+        for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
+      }
     }
   }
+  /* the staging buffer must outlive the reduces' reads of it */
+  if (dq_tma && (tid & 127) == 0) fa_bulk_wait_read<0>();
 
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
@@ -389,10 +504,19 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
       fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16) ||
       fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16))
     return FA_ERR_FALLBACK;
+  /* The dQ mode, ATTN_SM90_DQ: 0 (default) float2 atomics, 1 TMA reduce-adds. Neither has
+   * run on a GPU yet: the default stays the atomics until a GPU session has A/B-timed the
+   * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
+  memset(&maps.dq, 0, sizeof maps.dq);
+  maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
+  if (maps.dq_tma && fa_sm90_tmap_f32(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM)) {
+    attn__log(ATTN_LOG_INFO, "sm90 backward: dQ view not TMA-describable, dQ by atomics");
+    maps.dq_tma = 0;
+  }
   const int64_t grid_k = (pb->skv + G_BN - 1) / G_BN;
   p.ntiles = grid_k;
   int e;
   FA_LAUNCH_SMEM(e, FA_FN(flash_bwd_), dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
-                 dim3(G_THREADS), G_SMEM_BYTES, c->stream, p, maps);
+                 dim3(G_THREADS), maps.dq_tma ? G_SMEM_TMA_BYTES : G_SMEM_BYTES, c->stream, p, maps);
   return e;
 }

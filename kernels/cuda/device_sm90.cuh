@@ -269,4 +269,30 @@ FA_DEV void fa_wgmma_rs64_t_f16(float d[32], const uint32_t a[4], uint64_t db) {
 }
 #endif
 
+
+/* ---- TMA reduce-add (the backward's dQ, bwd_sm90_body.cuh) ------------------------------
+ * fa_tma_reduce_add_4d: a 4-d float32 TMA box from shared memory (src, laid out as
+ * fa_tma_load_4d would land it) added element-wise into global memory
+ * (cp.reduce.async.bulk.tensor .add, bulk-group completion); elements outside the tensor
+ * are not touched. The rules of fa_tma_store_4d: the writers of src fence
+ * (fa_fence_proxy_async) and meet at a barrier before the issue, and src may be
+ * rewritten only after the issuing thread's fa_bulk_wait_read. The adds of different
+ * CTAs to one element are atomic with respect to each other (in no set order). */
+#ifndef ATTN_CUDA_EMULATE
+#if FA_SM90_DEVICE
+FA_DEV void fa_tma_reduce_add_4d(const fa_tmap *map, const void *src, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], "
+      "[%1];\n" ::"l"((uint64_t)(uintptr_t)map),
+      "r"(fa_smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+#endif
+#else
+FA_DEV void fa_tma_reduce_add_4d(const fa_tmap *map, const void *src, int c0, int c1, int c2, int c3) {
+  const int c[4] = {c0, c1, c2, c3};
+  emu_tma_reduce_add(map, src, c);
+}
+#endif
+
 #endif

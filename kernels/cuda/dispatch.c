@@ -132,7 +132,7 @@ static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
 
 static fa_launcher hopper_bwd(const attn_cuda_problem *p, int deterministic, const char **why) {
   if (deterministic) {
-    *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ with atomics)";
+    *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ in no fixed order)";
     return NULL;
   }
   return hopper_pick(sm90_bwd, p, why);
@@ -148,7 +148,8 @@ typedef struct {
 } fa_choice;
 static fa_choice fwd_choice = {"forward", "sm90 (TMA + wgmma, warp-specialised)", "flash forward",
                                "flash forward (sm90)", "none", NULL, NULL};
-static fa_choice bwd_choice = {"backward", "sm90 (TMA + wgmma, warp-specialised, dQ by atomics)",
+static fa_choice bwd_choice = {"backward",
+                               "sm90 (TMA + wgmma, warp-specialised, dQ added in no fixed order: ATTN_SM90_DQ)",
                                "flash backward", "flash backward (sm90)", "none", NULL, NULL};
 
 static void log_choice(fa_choice *ch, const char *path, const char *why) {

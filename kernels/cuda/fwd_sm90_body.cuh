@@ -104,12 +104,6 @@ struct fa_sm90_maps {
 };
 
 #if FA_SM90_DEVICE /* the schedule's pieces: device code of the sm_90a pass (or the emulator) */
-/* fa_reg_fence for a packed P register: its last write stays before the wgmma.fence. */
-#ifndef ATTN_CUDA_EMULATE
-FA_DEV void h_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
-#else
-FA_DEV void h_reg_fence_u32(uint32_t &) {}
-#endif
 
 /* A work tile of the persistent grid: 128 query rows (from R0, rows of them below sq) of
  * one (batch, head), its key tiles j = 0 .. ntiles - 1 at keys kbase + j H_BN + [0, H_BN),
@@ -285,7 +279,7 @@ FA_DEV void h_fence_operands(float acc[H_ON], float S[64], uint32_t P[32]) {
   FA_UNROLL
   for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
   FA_UNROLL
-  for (int x = 0; x < 32; x++) h_reg_fence_u32(P[x]);
+  for (int x = 0; x < 32; x++) fa_reg_fence_u32(P[x]);
   fa_wgmma_fence();
 }
 

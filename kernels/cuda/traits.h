@@ -37,8 +37,10 @@
  * at 128 (225 KB of shared memory) or 6 at 64 (209 KB: half the work a tile, twice the
  * tiles in flight). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
  * keys, a ring of 64-row (Q, dO) tiles, 2 stages and about 166 KB at d = 128, 4 stages and
- * about 134 KB at d = 64. These mma.sync kernels stay the sm_80 path and the fallback
- * (varlen, block masks, other head dims, a deterministic dQ). */
+ * about 134 KB at d = 64; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
+ * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These
+ * mma.sync kernels stay the sm_80 path and the fallback (varlen, block masks, other head
+ * dims, a deterministic dQ). */
 #ifndef ATTN_CUDA_TRAITS_H
 #define ATTN_CUDA_TRAITS_H
 

@@ -285,6 +285,12 @@ stage bench-attnrun-det 40 "$BENCH_BIN" --det --n 8192 --hd 128 --json "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"
 stage bench-torch 150 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
+# The sm90 backward's second dQ mode (TMA reduce-adds, ATTN_SM90_DQ=1) against the
+# default (atomics) rows above: "attnrun-sm90-dqtma" records in the same file.
+if [ "$BENCH_PATH" = auto ]; then
+  STAGE_NOTE="ATTN_SM90_DQ=1: sm90, d=128/64, N=8K,16K"
+  stage bench-dq-tma 60 env ATTN_SM90_DQ=1 "$BENCH_BIN" --path sm90 --n 8192,16384 --json "$JSON"
+fi
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
 # ---- 3b. after the benchmarks, as the budget allows ----------------------------------------

@@ -164,6 +164,11 @@ void run_block() {
     if (b.count) fail("block ended with a named barrier phase half-filled");
   for (const auto &mb : E.mbars)
     if (!mb.second.copies.empty()) fail("block ended with TMA copies that no thread waited for");
+  /* a bulk group (TMA store, reduce) still reading shared memory when its block ends reads
+   * memory the next block may own: each thread waits for its groups before it exits */
+  for (const wg_state &w : E.wgs)
+    for (const bulk_thread &b : w.bulk)
+      if (!b.stores.empty()) fail("block ended with TMA stores / reduces their thread never waited for");
   E.cur = -1;
 }
 

@@ -138,4 +138,13 @@ float emu_f16_to_float(uint16_t h);
 void *emu_device_alloc(size_t bytes);
 void emu_device_free(void *p);
 
+
+/* TMA reduce-add (cp.reduce.async.bulk.tensor .add, .bulk_group) of a float32 box: the
+ * rules of emu_tma_store (the warpgroup's fence.proxy.async; the box unchanged until the
+ * issuing thread's wait_group.read retires it, compared there; and here also at a later
+ * reduce from the same source still in flight), then each element inside the tensor
+ * (clipped as the store is) added to global memory. The box is read at the issue: one
+ * order the hardware may take, and the check makes every other order give the same sum. */
+void emu_tma_reduce_add(const emu_tmap *map, const void *smem_src, const int *coords);
+
 #endif

@@ -518,3 +518,46 @@ void emu_setmaxnreg(int n, int inc) {
   w.regs = n;
   w.nreg_gen++;
 }
+
+/* ---- TMA reduce-add (emu.h) -------------------------------------------------------------- */
+namespace {
+/* A box-shaped scratch target for the store model's bookkeeping of a reduce: the store it
+ * records writes there at its wait. Kept for the process (a pending store points at it). */
+unsigned char *reduce_scratch(uint32_t bytes) {
+  static std::vector<std::vector<unsigned char>> pool;
+  if (pool.empty() || pool.back().size() < bytes) pool.emplace_back(bytes);
+  return pool.back().data();
+}
+} // namespace
+
+void emu_tma_reduce_add(const emu_tmap *map, const void *smem_src, const int *coords) {
+  if (map->elem_bytes != 4) fail("TMA reduce-add is modelled for float32 only");
+  const uint32_t bytes = box_bytes(*map);
+  /* a source still read by an earlier store / reduce of this thread must not have changed */
+  for (const bulk_store &s : my_bulk().stores)
+    if (s.src == (const unsigned char *)smem_src && (store_read(s, 0) != s.data || store_read(s, 1) != s.data))
+      fail("shared memory of a TMA reduce changed before cp.async.bulk.wait_group.read");
+  /* the store model: fence check, the box as it is now, checked again at the wait */
+  emu_tmap scratch = *map;
+  scratch.base = reduce_scratch(bytes);
+  uint64_t stride = 4;
+  for (int i = 0; i < map->rank; i++) {
+    scratch.dims[i] = map->box[i];
+    scratch.strides[i] = stride;
+    stride *= map->box[i];
+  }
+  const int zero[5] = {0, 0, 0, 0, 0};
+  emu_tma_store(&scratch, smem_src, zero);
+  /* the adds, clipped to the tensor */
+  int c[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < map->rank; i++) c[i] = coords[i];
+  const uint32_t base = emu_smem_addr(smem_src);
+  box_walk(*map, c, [&](uint32_t L, unsigned char *g) {
+    if (!g) return;
+    float x, y;
+    memcpy(&x, async_at(emu_swizzle(base + L, map->swizzle_bytes)), 4); /* the async proxy's view */
+    memcpy(&y, g, 4);
+    y += x;
+    memcpy(g, &y, 4);
+  });
+}

@@ -1,13 +1,16 @@
 /* test_cuda_sm90_bwd.c — the Hopper backward (bwd_sm90_body.cuh: TMA, wgmma, warp
- * specialisation, dQ by atomics) vs the float64 oracle, at head dims 128 and 64 (the same
- * case list at each; d = 64 has one swizzled column block, N = 64 products, a 4-stage
+ * specialisation, dQ by atomics or TMA reduce-adds) vs the float64 oracle, at head dims 128
+ * and 64, in both dQ modes (ATTN_SM90_DQ 0 and 1: without it in the environment, a child
+ * process runs mode 1, as the tunable is read once a process; on the emulator mode 1 runs
+ * the core cases only: shapes, GQA, empty rows, unseen keys) (the same case list at each; d = 64 has one swizzled column block, N = 64 products, a 4-stage
  * ring and consumers taking turns at dQ): dQ, dK, dV and d(sinks) on random
  * inputs, around its 128-key CTAs and 64-row query steps (several of each, ragged ends),
  * causal and not, Sq != Skv both ways, GQA / MQA, window, softcap, ALiBi, sinks, strided
  * [B,H,S,D] views, empty rows, NaN/Inf in keys no query sees and +inf scores exactly
  * where the mask must win. The float32 gradients
  * live in padded views (8 extra floats a row, 3 extra rows a batch) whose padding is
- * poisoned with NaN bits and must come back untouched. Each case checks the path it ran
+ * poisoned (NaN bits; -0.0 in the extra rows, which an add of 0 changes) and must come back
+ * untouched. Each case checks the path it ran
  * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
  * masks must run mma.sync. bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
  * Blocks of longer sequences (q_pos0 / k_pos0, which the oracle here does not model) are
@@ -18,11 +21,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gpu_case.h"
 
 static uint64_t next_seed = 1000;
 static int E;        /* emulated: fewer, smaller cases */
+static int dq_tma;   /* the dQ mode under test (ATTN_SM90_DQ) */
 static int ran_sm90; /* cases the sm90 backward took (at the head dim cases() runs) */
 
 static void expect_ok(attn_status st, const char *what, const gc_case *c) {
@@ -34,8 +40,11 @@ static void expect_ok(attn_status st, const char *what, const gc_case *c) {
 
 enum { PADC = 8, PADR = 3 }; /* padding of the gradient views: floats a row, rows a batch */
 
-/* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], poisoned with NaN bits, the
- * real elements zeroed. */
+/* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], the real elements zeroed; the
+ * padding columns poisoned with NaN bits, the padding rows with -0.0 (an add of +0.0
+ * there, say a TMA box not clipped at S, changes those; it would leave a NaN as it was). */
+#define POISON_COL 0xFFFFFFFFu
+#define POISON_ROW 0x80000000u
 typedef struct {
   float *dev;
   int64_t S, H, D, n;
@@ -49,11 +58,13 @@ static void pad_alloc(pad_grad *g, int64_t B, int64_t S, int64_t H, int64_t D) {
   g->v.sb = (S + PADR) * g->v.ss;
   g->n = B * g->v.sb;
   g->dev = td_alloc((size_t)g->n * 4);
-  float *h = tu_alloc((size_t)g->n * 4);
-  memset(h, 0xFF, (size_t)g->n * 4);
+  uint32_t *h = tu_alloc((size_t)g->n * 4);
+  for (int64_t i = 0; i < g->n; i++) h[i] = POISON_ROW;
   for (int64_t b = 0; b < B; b++)
     for (int64_t s = 0; s < S; s++)
-      for (int64_t x = 0; x < H; x++) memset(h + b * g->v.sb + s * g->v.ss + x * g->v.sh, 0, (size_t)D * 4);
+      for (int64_t x = 0; x < H; x++)
+        for (int64_t d = 0; d < D + PADC; d++)
+          h[b * g->v.sb + s * g->v.ss + x * g->v.sh + d] = d < D ? 0u : POISON_COL;
   td_upload(g->dev, h, (size_t)g->n * 4);
   free(h);
   g->v.p = g->dev;
@@ -74,7 +85,7 @@ static int64_t pad_gather(pad_grad *g, int64_t B, float *out) {
           } else {
             uint32_t u;
             memcpy(&u, p, 4);
-            changed += u != 0xFFFFFFFFu;
+            changed += u != (s < g->S ? POISON_COL : POISON_ROW);
           }
         }
   free(h);
@@ -246,6 +257,7 @@ static void cases(int d, int vs) {
                                      {1000, 1030}};
   static const int64_t emu_sizes[][2] = {{1, 1}, {70, 150}, {150, 130}, {1, 140}, {130, 65}};
   const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  const int core = E && dq_tma; /* the emulator's second dQ mode: the core cases */
   for (int i = 0; i < n; i++)
     for (int causal = 0; causal < 2; causal++) {
       gc_case c = {.name = "sm90 bwd shape", .B = 1 + (i & 1), .Sq = E ? emu_sizes[i][0] : sizes[i][0],
@@ -254,24 +266,25 @@ static void cases(int d, int vs) {
                    .dtype = ((i + causal) & 1) ? ATTN_F16 : ATTN_BF16};
       run(c, 0, vs);
     }
+  run((gc_case){.name = "sm90 bwd causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
+                .Hkv = 1, .D = d, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
+      0, vs | EXPECT_EMPTY);
+  run((gc_case){.name = "sm90 bwd causal unseen", .B = 2, .Sq = E ? 60 : 100, .Skv = E ? 200 : 400,
+                .Hq = 3, .Hkv = 1, .D = d, .causal = 1, .window = 1, .wl = 40, .wr = -1,
+                .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, vs | PLANT_UNSEEN);
+  if (core) return;
   /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
   for (int m = 0; m < 32; m += E ? 5 : 1) {
     gc_case c = gc_flags_case("sm90 bwd flags", m, E ? 130 : 300, E ? 150 : 280, 70);
     c.D = d;
     run(c, 0, vs);
   }
-  run((gc_case){.name = "sm90 bwd causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
-                .Hkv = 1, .D = d, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
-      0, vs | EXPECT_EMPTY);
   run((gc_case){.name = "sm90 bwd window off the end", .B = 1, .Sq = E ? 150 : 300, .Skv = 100,
                 .Hq = 2, .Hkv = 2, .D = d, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
                 .dtype = ATTN_F16}, 0, vs | EXPECT_EMPTY);
   run((gc_case){.name = "sm90 bwd narrow window", .B = 1, .Sq = E ? 70 : 150, .Skv = E ? 300 : 500,
                 .Hq = 2, .Hkv = 1, .D = d, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
                 .dtype = ATTN_BF16}, 0, vs | PLANT_UNSEEN);
-  run((gc_case){.name = "sm90 bwd causal unseen", .B = 2, .Sq = E ? 60 : 100, .Skv = E ? 200 : 400,
-                .Hq = 3, .Hkv = 1, .D = d, .causal = 1, .window = 1, .wl = 40, .wr = -1,
-                .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, vs | PLANT_UNSEEN);
   run((gc_case){.name = "sm90 bwd hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
                 .Hq = 2, .Hkv = 2, .D = d, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
                 .dtype = ATTN_BF16}, 0, vs | HOT);
@@ -314,7 +327,8 @@ static int has_dim(const char *dims, int d) {
   return 0;
 }
 
-int main(void) {
+/* Every case at both head dims in the dQ mode the process reads (dq_tma); 0, 1 or 77. */
+static int run_mode(void) {
   if (!td_available()) {
     printf("test_cuda_sm90_bwd: no CUDA device, skipped\n");
     return 77;
@@ -322,7 +336,8 @@ int main(void) {
   /* ATTN_EMU_FULL=1 runs the GPU's full case list on the emulator too (slow). */
   E = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
   const char *dims = attn_cuda_head_dims();
-  printf("test_cuda_sm90_bwd on %s; head dims built: %s\n", td_name(), dims);
+  printf("test_cuda_sm90_bwd on %s, dQ mode %s (ATTN_SM90_DQ=%d); head dims built: %s\n", td_name(),
+         dq_tma ? "tma" : "atomic", dq_tma, dims);
   static const int dim[2] = {128, 64};
   int any = 0;
   attn_cuda_set_hopper(1);
@@ -334,7 +349,8 @@ int main(void) {
     any = 1;
     ran_sm90 = 0;
     cases(dim[i], dim[i] == 64 ? VS_MMA : 0);
-    printf("test_cuda_sm90_bwd: %d cases ran the sm90 backward at head dim %d\n", ran_sm90, dim[i]);
+    printf("test_cuda_sm90_bwd: %d cases ran the sm90 backward at head dim %d, dQ mode %d\n",
+           ran_sm90, dim[i], dq_tma);
     /* the emulator models compute capability 9.0: every case that may take sm90 must */
     TU_CHECK(!td_emulated() || ran_sm90 >= 10, "only %d cases ran the sm90 backward at d = %d",
              ran_sm90, dim[i]);
@@ -344,5 +360,34 @@ int main(void) {
     printf("test_cuda_sm90_bwd: head dims 64 and 128 not built, skipped\n");
     return 77;
   }
-  return tu_finish("test_cuda_sm90_bwd");
+  return tu_finish(dq_tma ? "test_cuda_sm90_bwd (dQ mode tma)" : "test_cuda_sm90_bwd (dQ mode atomic)");
+}
+
+/* ATTN_SM90_DQ set: that mode alone. Unset: a child runs mode 1 (the tunable is read once a
+ * process, before any device work), then this process mode 0, the default. */
+int main(void) {
+  const char *env = getenv("ATTN_SM90_DQ");
+  if (env && *env) {
+    dq_tma = atoi(env) == 1;
+    return run_mode();
+  }
+  fflush(stdout);
+  const pid_t child = fork();
+  if (child < 0) {
+    perror("test_cuda_sm90_bwd: fork");
+    return 1;
+  }
+  if (child == 0) {
+    setenv("ATTN_SM90_DQ", "1", 1);
+    dq_tma = 1;
+    exit(run_mode());
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+    fprintf(stderr, "test_cuda_sm90_bwd: the dQ mode 1 process did not exit normally\n");
+    return 1;
+  }
+  const int tma_rc = WEXITSTATUS(status), atomic_rc = run_mode();
+  if (tma_rc == 77 || atomic_rc == 77) return tma_rc == atomic_rc ? 77 : 1;
+  return tma_rc || atomic_rc;
 }
