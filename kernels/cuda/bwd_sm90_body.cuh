@@ -103,52 +103,6 @@ struct fa_bwd90_maps {
   int dq_tma;
 };
 
-/* A 4-d map (d, s, h, b) of the float32 view v (extents D, S, H, B) with boxes of 32
- * columns (128 bytes, the swizzle span) x box_rows rows, 128-byte swizzle; elements
- * outside the tensor are not written. 0, or FA_ERR_FALLBACK as fa_sm90_tmap. */
-static int fa_sm90_tmap_f32(fa_tmap *m, const attn_cuda_view &v, int64_t D, int64_t S, int64_t H,
-                            int64_t B, int box_rows) {
-  const int64_t ext[3] = {S, H, B}, st[3] = {v.ss, v.sh, v.sb};
-  uint64_t strides[3];
-  if ((uintptr_t)v.p % 16) return FA_ERR_FALLBACK;
-  for (int i = 0; i < 3; i++) {
-    const int64_t bytes = ext[i] == 1 ? D * 4 : st[i] * 4;
-    if (bytes <= 0 || bytes % 16 || bytes >= (INT64_C(1) << 40)) return FA_ERR_FALLBACK;
-    strides[i] = (uint64_t)bytes;
-  }
-  const uint32_t box[4] = {32, (uint32_t)box_rows, 1, 1};
-#ifndef ATTN_CUDA_EMULATE
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-  if (!encode) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return FA_ERR_FALLBACK;
-    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  }
-  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
-  const cuuint32_t es[4] = {1, 1, 1, 1};
-  const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, v.p, dims, strides, box, es,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : FA_ERR_FALLBACK;
-#else
-  memset(m, 0, sizeof *m);
-  m->base = v.p;
-  m->rank = 4;
-  m->elem_bytes = 4;
-  m->swizzle_bytes = 128;
-  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)S, (uint64_t)H, (uint64_t)B};
-  for (int i = 0; i < 4; i++) {
-    m->dims[i] = dims[i];
-    m->box[i] = box[i];
-    m->strides[i] = i ? strides[i - 1] : 4;
-  }
-  return 0;
-#endif
-}
 #endif
 
 /* two floats, one 8-byte shared-memory store */
@@ -509,7 +463,7 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
    * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
   memset(&maps.dq, 0, sizeof maps.dq);
   maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
-  if (maps.dq_tma && fa_sm90_tmap_f32(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM)) {
+  if (maps.dq_tma && fa_sm90_tmap(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM, FA_TMAP_F32)) {
     attn__log(ATTN_LOG_INFO, "sm90 backward: dQ view not TMA-describable, dQ by atomics");
     maps.dq_tma = 0;
   }
