@@ -1,5 +1,6 @@
 /* gpu_case.c — the CUDA-kernels-vs-oracle harness (see gpu_case.h). */
 #include "gpu_case.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -698,4 +699,17 @@ int64_t gc_make_hot(gc_prob *P) {
         P->q[((b * P->Sq + i) * P->Hq + h) * P->D] = P->vis[i * P->Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
   }
   return masked;
+}
+
+void gc_expect_empty(const gc_prob *P, const gc_out *out, const gc_case *c, int judged,
+                     int64_t empties, int64_t planted, int expect) {
+  if (judged) {
+    const int64_t bad = gc_empty_wrong(P, out);
+    char desc[600];
+    gc_describe(c, desc, sizeof desc);
+    TU_CHECK(bad == 0, "%lld wrong exact values in empty rows (%lld) of %s", (long long)bad,
+             (long long)empties, desc);
+  }
+  TU_CHECK(!(expect & GC_EXPECT_EMPTY_ROWS) || empties > 0, "case %s has no empty rows", c->name);
+  TU_CHECK(!(expect & GC_EXPECT_UNSEEN_KEYS) || planted > 0, "case %s has no unseen keys", c->name);
 }

@@ -125,6 +125,14 @@ int gc_have_dims(const gc_case *c);
  * when out->dq is set): O = 0, LSE = -inf or the head's sink, dQ = 0. Returns how many
  * are wrong. */
 int64_t gc_empty_wrong(const gc_prob *P, const gc_out *out);
+/* What a case is meant to contain (gc_expect_empty): rows that see no key, planted keys
+ * that no row sees. */
+enum { GC_EXPECT_EMPTY_ROWS = 1, GC_EXPECT_UNSEEN_KEYS = 2 };
+/* After a call that gc_check judged (judged: its result): the exact values of the empty
+ * rows (gc_empty_wrong; empties counted by gc_empty_rows before it), and that the case
+ * has what expect says (planted: gc_plant_unseen's count). Failures count as TU_CHECKs. */
+void gc_expect_empty(const gc_prob *P, const gc_out *out, const gc_case *c, int judged,
+                     int64_t empties, int64_t planted, int expect);
 /* Key Skv / 2 made hot on the host copies (bf16 only: f16 cannot hold it): its score
  * overflows to +inf (1e30 x 1e10 in the first column) exactly for the rows that must not
  * see it, the first column of every other q and k row 0. The caller uploads (gc_sync).
