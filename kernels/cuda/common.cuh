@@ -191,6 +191,37 @@ FA_DEV void fa_online_step(float (&mx)[2], float (&m)[2], float (&l)[2], float (
   }
 }
 
+/* Block mode: the carried state of a thread's row i (state row `row`; m in natural units,
+ * log2 units in registers; l whole on the quad's tg 0 lane, the other lanes' shares 0; acc
+ * [Dv] float32) into m, l and the O fragment acc[4n + 2i + e] = column 8n + 2tg + e (the
+ * m16n8 fragments acc[n][e] of the mma.sync kernel, the m64nN one of wgmma, alike). */
+FA_DEV void fa_state_load(const fa_params &p, int64_t row, int i, int tg, float *acc,
+                          float (&m)[2], float (&l)[2]) {
+  m[i] = p.st_m[row] * FA_LOG2E;
+  l[i] = tg == 0 ? p.st_l[row] : 0.0f;
+  const float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    acc[4 * n + 2 * i] = a[n * 8 + 2 * tg];
+    acc[4 * n + 2 * i + 1] = a[n * 8 + 2 * tg + 1];
+  }
+}
+
+/* The same back, after the quad's l shares are summed (every lane holds the row's l). */
+FA_DEV void fa_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
+                           const float (&m)[2], const float (&l)[2]) {
+  if (tg == 0) {
+    p.st_m[row] = m[i] / FA_LOG2E;
+    p.st_l[row] = l[i];
+  }
+  float *a = p.st_acc + row * DV;
+  FA_UNROLL
+  for (int n = 0; n < DV / 8; n++) {
+    a[n * 8 + 2 * tg] = acc[4 * n + 2 * i];
+    a[n * 8 + 2 * tg + 1] = acc[4 * n + 2 * i + 1];
+  }
+}
+
 FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_t h) {
   return (const fa_elem *)v.p + b * v.sb + s * v.ss + h * v.sh;
 }

@@ -64,15 +64,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
       if (r >= rows) continue;
-      const int64_t row = (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r;
-      m[i] = p.st_m[row] * FA_LOG2E;
-      l[i] = tg == 0 ? p.st_l[row] : 0.0f;
-      const float *a = p.st_acc + row * DV;
-      FA_UNROLL
-      for (int n = 0; n < DV / 8; n++) {
-        acc[n][2 * i] = a[n * 8 + 2 * tg];
-        acc[n][2 * i + 1] = a[n * 8 + 2 * tg + 1];
-      }
+      fa_state_load(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, &acc[0][0], m, l);
     }
   }
 
@@ -168,17 +160,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
     const int r = wr0 + g + 8 * i;
     if (r >= rows) continue;
     if (p.block_mode) {
-      const int64_t row = (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r;
-      if (tg == 0) {
-        p.st_m[row] = m[i] / FA_LOG2E;
-        p.st_l[row] = l[i];
-      }
-      float *a = p.st_acc + row * DV;
-      FA_UNROLL
-      for (int n = 0; n < DV / 8; n++) {
-        a[n * 8 + 2 * tg] = acc[n][2 * i];
-        a[n * 8 + 2 * tg + 1] = acc[n][2 * i + 1];
-      }
+      fa_state_store(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, &acc[0][0], m, l);
       continue;
     }
     const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;

@@ -289,36 +289,6 @@ FA_DEV void h_rescale(float acc[H_ON], const float (&alpha)[2]) {
   for (int x = 0; x < H_ON; x++) acc[x] *= alpha[(x >> 1) & 1];
 }
 
-/* Block mode: the carried state of the thread's row i (state row `row`), kept as the
- * mma.sync kernel keeps it (m in natural units, log2 units in registers; l whole on the
- * quad's tg 0 lane, the other lanes' shares 0; acc [Dv] float32), into m, l and the O
- * fragment (acc[4n + 2i + e] = column 8n + 2tg + e); h_state_store writes them back. */
-FA_DEV void h_state_load(const fa_params &p, int64_t row, int i, int tg, float *acc,
-                         float (&m)[2], float (&l)[2]) {
-  m[i] = p.st_m[row] * FA_LOG2E;
-  l[i] = tg == 0 ? p.st_l[row] : 0.0f;
-  const float *a = p.st_acc + row * DV;
-  FA_UNROLL
-  for (int n = 0; n < DV / 8; n++) {
-    acc[4 * n + 2 * i] = a[n * 8 + 2 * tg];
-    acc[4 * n + 2 * i + 1] = a[n * 8 + 2 * tg + 1];
-  }
-}
-
-/* After the quad's l shares are summed (every lane holds the row's l). */
-FA_DEV void h_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
-                          const float (&m)[2], const float (&l)[2]) {
-  if (tg == 0) {
-    p.st_m[row] = m[i] / FA_LOG2E;
-    p.st_l[row] = l[i];
-  }
-  float *a = p.st_acc + row * DV;
-  FA_UNROLL
-  for (int n = 0; n < DV / 8; n++) {
-    a[n * 8 + 2 * tg] = acc[4 * n + 2 * i];
-    a[n * 8 + 2 * tg + 1] = acc[4 * n + 2 * i + 1];
-  }
-}
 #endif
 
 FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa_sm90_maps maps) {
@@ -456,7 +426,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       FA_UNROLL
       for (int i = 0; i < 2; i++)
         if (wr0 + g + 8 * i < rows)
-          h_state_load(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + wr0 + g + 8 * i, i, tg,
+          fa_state_load(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + wr0 + g + 8 * i, i, tg,
                        acc, m, l);
     }
     fa_mbar_wait(bar_q, nw & 1);
@@ -537,7 +507,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       const int r = wr0 + g + 8 * i;
       if (r >= rows) continue;
       if (p.block_mode) { /* the state back instead of O and LSE (sinks: at finalize) */
-        h_state_store(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, acc, m, l);
+        fa_state_store(p, (b * p.Hq + h) * p.st_rows + p.q_row0 + R0 + r, i, tg, acc, m, l);
         continue;
       }
       const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
