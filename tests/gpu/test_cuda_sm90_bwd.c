@@ -304,11 +304,15 @@ static void cases(int d, int vs) {
                 .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
   run((gc_case){.name = "sm90 bwd -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2,
                 .Hkv = 1, .D = d, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
-  if (!E) {
+  /* big shapes: both in the default dQ mode; in mode 1 the first, at d = 128 only (the
+   * float64 oracle of one takes 5-15 s on the host, and device-check runs every GPU test
+   * in one stage of 240 s) */
+  if (!E && (!dq_tma || d == 128)) {
     run((gc_case){.name = "sm90 bwd big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
                   .D = d, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, 0);
-    run((gc_case){.name = "sm90 bwd big", .B = 1, .Sq = 1500, .Skv = 2100, .Hq = 8, .Hkv = 1,
-                  .D = d, .window = 1, .wl = 300, .wr = 100, .dtype = ATTN_F16}, 0, 0);
+    if (!dq_tma)
+      run((gc_case){.name = "sm90 bwd big", .B = 1, .Sq = 1500, .Skv = 2100, .Hq = 8, .Hkv = 1,
+                    .D = d, .window = 1, .wl = 300, .wr = 100, .dtype = ATTN_F16}, 0, 0);
   }
 }
 
