@@ -60,12 +60,12 @@ FA_DECLARE_INSTANCE(f32)
   int attn_cuda__##dir##_##hd##_bf16_causal_sm90(const fa_call *c);                         \
   int attn_cuda__##dir##_##hd##_f16_sm90(const fa_call *c);                                 \
   int attn_cuda__##dir##_##hd##_f16_causal_sm90(const fa_call *c);
-#define SM90_SET(dir, d, hd)                                                                \
-  {d,                                                                                       \
+#define SM90_SET(dir, dqk, dv, hd)                                                          \
+  {dqk, dv,                                                                                 \
    {{attn_cuda__##dir##_##hd##_bf16_sm90, attn_cuda__##dir##_##hd##_bf16_causal_sm90},      \
     {attn_cuda__##dir##_##hd##_f16_sm90, attn_cuda__##dir##_##hd##_f16_causal_sm90}}},
 typedef struct {
-  int d;                    /* Dqk = Dv */
+  int dqk, dv;              /* head dims (0, 0: the end of a table) */
   fa_launcher k[2][2];      /* [bf16, f16][not causal, causal] */
 } sm90_set;
 #ifdef ATTN_CUDA_SM90_FWD_HD64
@@ -73,6 +73,9 @@ DECLARE_SM90(fwd, hd64)
 #endif
 #ifdef ATTN_CUDA_SM90_FWD_HD128
 DECLARE_SM90(fwd, hd128)
+#endif
+#ifdef ATTN_CUDA_SM90_FWD_HD192x128
+DECLARE_SM90(fwd, hd192x128)
 #endif
 #ifdef ATTN_CUDA_SM90_BWD_HD64
 DECLARE_SM90(bwd, hd64)
@@ -82,26 +85,30 @@ DECLARE_SM90(bwd, hd128)
 #endif
 static const sm90_set sm90_fwd[] = {
 #ifdef ATTN_CUDA_SM90_FWD_HD64
-    SM90_SET(fwd, 64, hd64)
+    SM90_SET(fwd, 64, 64, hd64)
 #endif
 #ifdef ATTN_CUDA_SM90_FWD_HD128
-    SM90_SET(fwd, 128, hd128)
+    SM90_SET(fwd, 128, 128, hd128)
 #endif
-    {0, {{NULL, NULL}, {NULL, NULL}}}};
+#ifdef ATTN_CUDA_SM90_FWD_HD192x128
+    SM90_SET(fwd, 192, 128, hd192x128)
+#endif
+    {0, 0, {{NULL, NULL}, {NULL, NULL}}}};
 static const sm90_set sm90_bwd[] = {
 #ifdef ATTN_CUDA_SM90_BWD_HD64
-    SM90_SET(bwd, 64, hd64)
+    SM90_SET(bwd, 64, 64, hd64)
 #endif
 #ifdef ATTN_CUDA_SM90_BWD_HD128
-    SM90_SET(bwd, 128, hd128)
+    SM90_SET(bwd, 128, 128, hd128)
 #endif
-    {0, {{NULL, NULL}, {NULL, NULL}}}};
+    {0, 0, {{NULL, NULL}, {NULL, NULL}}}};
 
 /* ---- the Hopper kernels: when they are taken -----------------------------------------------
  * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernels) on a compute
- * capability 9.0 device, for bf16/f16 at a head dim the direction has an sm90 instance for
- * (Dqk = Dv), without varlen or a block mask; the forward both one shot and in block mode
- * (the state-carrying call of the ring: the same conditions, the same kernel); the
+ * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
+ * sm90 instance for (the tables above), without varlen or a block mask; the forward both
+ * one shot and in block mode (the state-carrying call of the ring: the same conditions,
+ * the same kernel); the
  * backward with a non-deterministic dQ (its dQ is added with float32 atomics, so
  * ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
  * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
@@ -114,13 +121,13 @@ void attn_cuda_set_hopper(int mode) { hopper_override = mode < 0 ? -1 : mode != 
 static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, const char **why) {
   const int on = hopper_override >= 0 ? hopper_override : (int)ATTN_PARAM("CUDA_HOPPER", 0);
   if (!on) *why = "ATTN_CUDA_HOPPER=0";
-  else if (!set[0].d) *why = "this build has no sm_90a kernels for this direction";
+  else if (!set[0].dqk) *why = "this build has no sm_90a kernels for this direction";
   else if (attn_cuda__device_cc() != 90) *why = "the device is not compute capability 9.0";
   else if (p->dtype == ATTN_F32) *why = "it takes bf16/f16 only";
   else if (p->num_seqs || p->block_mask) *why = "varlen and block masks run on mma.sync";
   else {
-    for (; set->d; set++)
-      if (p->Dqk == set->d && p->Dv == set->d) return set->k[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
+    for (; set->dqk; set++)
+      if (p->Dqk == set->dqk && p->Dv == set->dv) return set->k[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
     *why = "no sm90 instance at this head dim";
   }
   return NULL;

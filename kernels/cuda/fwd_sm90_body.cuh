@@ -1,21 +1,23 @@
-/* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dims 64 and 128, one shot
- * (O, LSE, sinks) or block mode (the float32 state carried from call to call, as the ring
- * runs it), and its launcher; instantiated by fwd_hd{64,128}_{bf16,f16}[_causal]_sm90.cu.
+/* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dims (Dqk, Dv) = (64, 64),
+ * (128, 128) and (192, 128) (DeepSeek MLA), one shot (O, LSE, sinks) or block mode (the
+ * float32 state carried from call to call, as the ring runs it), and its launcher;
+ * instantiated by fwd_hd{64,128,192x128}_{bf16,f16}[_causal]_sm90.cu.
  *
  * A persistent grid (one CTA per SM) walks the work tiles, 128 query rows of one (batch,
  * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
  * Warp-specialised: a CTA has three warpgroups. Warpgroup 0 is the producer: one thread
  * loads each work tile's Q (once both consumers have released the last one on
- * "empty_q") and the K and V tiles of 128 keys into a three-stage ring with TMA (128-byte
+ * "empty_q") and the K and V tiles of 128 keys into a ring of H_STAGES with TMA (128-byte
  * swizzle, completing on "full" mbarriers with transaction counts), K of tile j + 1
  * before V of tile j, the order the consumers use them in; its second warp zero-fills,
  * in each V tile, the rows of keys that none of the work tile's queries sees, so NaN/Inf
  * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are
  * the consumers, 64 rows each, with wgmma: S = Q K^T by m64n128k16 (Q and K from shared
- * memory, K-major; D / 16 k-steps), the online softmax in registers (float32, log2 units,
- * the mma.sync kernel's masking and transform), O += P V by m64n(D)k16 (P from registers,
- * V from shared memory, MN-major). Q, K and V rows are D / 64 swizzled column blocks of
- * 64 elements (one TMA box each): 2 at head dim 128, 1 at 64. K and V stages are
+ * memory, K-major; Dqk / 16 k-steps), the online softmax in registers (float32, log2
+ * units, the mma.sync kernel's masking and transform), O += P V by m64n(Dv)k16 (P from
+ * registers, V from shared memory, MN-major). Q and K rows are Dqk / 64 swizzled column
+ * blocks of 64 elements (one TMA box each), V and O rows Dv / 64: 3 and 2 at (192, 128),
+ * 2 at 128, 1 at 64. K and V stages are
  * released on "empty_k" / "empty_v" as soon as the GEMM that reads them has completed.
  * setmaxnreg moves registers from the producer to the consumers.
  *
@@ -23,7 +25,8 @@
  *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
  *    wgmma groups, waits for the first only and runs the softmax of S_j while P_{j-1} V_{j-1}
  *    is still on the tensor cores; then it waits for that, rescales O and packs P_j. Live
- *    across a slot: O (D / 2), S (64) and the packed P (32) registers a thread.
+ *    across a slot: O (Dv / 2), S (64) and the packed P (32) registers a thread (Dqk only
+ *    sets the number of k-steps of S).
  *  - between the warpgroups, named barriers order the issues WG1 slot 0, WG2 slot 0, WG1
  *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
  *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
@@ -38,8 +41,9 @@
  * see nothing of the block keep their state (alpha = 1, P = 0).
  *
  * The one-shot epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
- * of the Q tile, swizzled as TMA loaded them, and one of its threads stores them with TMA
- * (D / 64 boxes of 64 x 64, one bulk group, rows past sq clipped by TMA); O views TMA cannot
+ * of the Q tile's first Dv / 64 column blocks (at (192, 128) the third keeps Q: it is
+ * reloaded whole), swizzled as TMA loaded them, and one of its threads stores them with TMA
+ * (Dv / 64 boxes of 64 x 64, one bulk group, rows past sq clipped by TMA); O views TMA cannot
  * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
  * ring's stages and phases run on across work tiles, and the producer loads the next
  * tile's K_0 before its Q, so K_0 is in flight while the consumers finish the last tile.
@@ -47,13 +51,13 @@
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
  * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
- * varlen, block masks, head dims other than 64 and 128, and views TMA cannot describe. */
+ * varlen, block masks, other head dims, and views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
 
-#if DQK != DV || (DV != 64 && DV != 128)
-#error "the sm90 forward is written for head dims 64 and 128"
+#if !((DQK == 64 && DV == 64) || (DQK == 128 && DV == 128) || (DQK == 192 && DV == 128))
+#error "the sm90 forward is written for head dims (64, 64), (128, 128) and (192, 128)"
 #endif
 
 #define H_BM 128  /* query rows per CTA: two consumer warpgroups of 64 */
@@ -61,11 +65,13 @@
 /* K/V ring stages: what keeps TMA ahead of the consumers is the consumer work the ring
  * holds, and a head-dim-64 tile is half the GEMM work of a head-dim-128 one, so 64 gets
  * twice the stages (the same time in flight). 6 stages of 32 KB: 209 KB, room left for a
- * 16 KB O buffer of its own (the next step, README); 3 of 64 KB at 128: 225 KB. */
-#define H_STAGES (DV == 64 ? 6 : 3)
+ * 16 KB O buffer of its own (the next step, README); 3 of 64 KB at 128: 225 KB; at
+ * (192, 128) a stage is 80 KB (K 48, V 32) and Q 48 KB: 2 stages, 209 KB (3 would be 289). */
+#define H_STAGES (DQK == 64 ? 6 : DQK == 128 ? 3 : 2)
 #define H_THREADS 384
 #define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
-#define H_NCB (DQK / H_CB) /* column blocks of a Q, K, V or O row: 1 (head dim 64) or 2 */
+#define H_NCB_QK (DQK / H_CB) /* column blocks of a Q or K row: 1, 2 or 3 */
+#define H_NCB_V (DV / H_CB)   /* of a V or O row: 1 or 2 */
 #define H_ON (DV / 2)      /* O fragment floats a thread: the m64n(DV) D fragment */
 #define H_QBYTES (H_BM * DQK * 2)
 #define H_KBYTES (H_BN * DQK * 2)
@@ -238,7 +244,7 @@ FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int i
 #endif /* FA_SM90_DEVICE */
 #endif
 
-/* S = Q K^T as one wgmma group: 16 columns of d a step, column block kk/4, 32 bytes into
+/* S = Q K^T as one wgmma group: 16 columns of Dqk a step, column block kk/4, 32 bytes into
  * the row; 8-row groups 1024 bytes apart (SBO); LBO is unused by K-major swizzled layouts. */
 #define H_ISSUE_QK(S, q_addr, k_addr)                                                        \
   do {                                                                                       \
@@ -295,9 +301,9 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 #if FA_SM90_DEVICE
   FA_SMEM(smem_raw);
   unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
-  fa_elem *sQ = (fa_elem *)smem;            /* [H_NCB column blocks][H_BM][64], swizzled */
-  fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][H_NCB][H_BN][64] */
-  fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][H_NCB][H_BN][64] */
+  fa_elem *sQ = (fa_elem *)smem;            /* [H_NCB_QK column blocks][H_BM][64], swizzled */
+  fa_elem *sK = sQ + H_BM * DQK;            /* [H_STAGES][H_NCB_QK][H_BN][64] */
+  fa_elem *sV = sK + H_STAGES * H_BN * DQK; /* [H_STAGES][H_NCB_V][H_BN][64] */
   uint64_t *bar_q = (uint64_t *)(sV + H_STAGES * H_BN * DV), *empty_q = bar_q + 1;
   uint64_t *full_k = empty_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
            *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
@@ -344,14 +350,14 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_elem *k = sK + st * H_BN * DQK;
             fa_mbar_wait(&empty_k[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_k[st], H_KBYTES);
-            for (int cb = 0; cb < H_NCB; cb++)
+            for (int cb = 0; cb < H_NCB_QK; cb++)
               fa_tma_load_4d(k + cb * H_BN * H_CB, &maps.k, cb * H_CB, T.kbase + j * H_BN, T.hk,
                              T.b, &full_k[st]);
           }
           if (j == 0) { /* Q once both consumers are done with the last one (O stores included) */
             fa_mbar_wait(empty_q, (nw & 1) ^ 1);
             fa_mbar_arrive_expect_tx(bar_q, H_QBYTES);
-            for (int cb = 0; cb < H_NCB; cb++)
+            for (int cb = 0; cb < H_NCB_QK; cb++)
               fa_tma_load_4d(sQ + cb * H_BM * H_CB, &maps.q, cb * H_CB, T.R0, T.h, T.b, bar_q);
           }
           if (j > 0) {
@@ -359,7 +365,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             fa_elem *v = sV + st * H_BN * DV;
             fa_mbar_wait(&empty_v[st], ph ^ 1);
             fa_mbar_arrive_expect_tx(&full_v[st], H_VBYTES);
-            for (int cb = 0; cb < H_NCB; cb++)
+            for (int cb = 0; cb < H_NCB_V; cb++)
               fa_tma_load_4d(v + cb * H_BN * H_CB, &maps.v, cb * H_CB, T.kbase + (j - 1) * H_BN,
                              T.hk, T.b, &full_v[st]);
           }
@@ -374,7 +380,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
             const int key = k0 + r;
             if (key < 0 || key >= (int)p.skv) continue;
             if (key >= T.kc0 && fa_key_seen(p, FA_CAUSAL, s, key, T.R0, T.R0 + T.rows - 1)) continue;
-            for (int cb = 0; cb < H_NCB; cb++) fa_zero_row128(v + cb * H_BN * H_CB + r * H_CB);
+            for (int cb = 0; cb < H_NCB_V; cb++) fa_zero_row128(v + cb * H_BN * H_CB + r * H_CB);
           }
           fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
           fa_syncwarp();
@@ -500,8 +506,9 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     /* O: with o_tma into this warpgroup's 64 rows of the Q tile (its last reader, this
      * warpgroup's S GEMM, has completed), swizzled as TMA loaded Q, then one TMA store of
-     * H_NCB boxes of 64 x 64, rows past sq clipped by TMA; else directly, row by row. */
-    unsigned char *sO = (unsigned char *)sQ; /* [H_NCB column blocks][H_BM][128 bytes], swizzled */
+     * H_NCB_V boxes of 64 x 64, rows past sq clipped by TMA; else directly, row by row. Q's
+     * column blocks H_NCB_V.. are left as they are (the next Q load rewrites all of them). */
+    unsigned char *sO = (unsigned char *)sQ; /* [H_NCB_V column blocks][H_BM][128 bytes], swizzled */
     FA_UNROLL
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
@@ -538,7 +545,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     else fa_named_bar_sync(H_BAR_O + 1, 128);
     if (tid % 128 == 0) {
       if (store) {
-        for (int cb = 0; cb < H_NCB; cb++)
+        for (int cb = 0; cb < H_NCB_V; cb++)
           fa_tma_store_4d(&maps.o, sQ + (cb * H_BM + 64 * cw) * H_CB, cb * H_CB, R0 + 64 * cw, h,
                           b);
         fa_bulk_commit();

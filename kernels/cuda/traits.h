@@ -30,12 +30,13 @@
  * group's S^T and dP^T); the dQ kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer
  * query rows per CTA would not help: 16 is the mma's M.
  *
- * The Hopper kernels (sm_90a only, head dims 64 and 128) have their own shapes: 3
+ * The Hopper kernels (sm_90a only: head dims 64 and 128, the forward also (Dqk, Dv) =
+ * (192, 128)) have their own shapes: 3
  * warpgroups (a TMA producer, two wgmma consumers) and 168 registers at entry rebalanced
  * by setmaxnreg to 40 (producer) / 232 (consumers), no spills. The forward
  * (fwd_sm90_body.cuh): 128 rows x 128 keys, consumers of 64 rows, a K/V ring of 3 stages
  * at 128 (225 KB of shared memory) or 6 at 64 (209 KB: half the work a tile, twice the
- * tiles in flight). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
+ * tiles in flight) or 2 at 192 x 128 (209 KB: Q and K 48 KB a tile). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
  * keys, a ring of 64-row (Q, dO) tiles, 2 stages and about 166 KB at d = 128, 4 stages and
  * about 134 KB at d = 64; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
  * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These

@@ -1,6 +1,7 @@
 /* test_cuda_sm90_fwd.c — the Hopper forward (fwd_sm90_body.cuh: TMA, wgmma, warp
- * specialisation) vs the float64 oracle, one shot and in block mode, at head dims 128 and
- * 64 (every case list runs at both).
+ * specialisation) vs the float64 oracle, one shot and in block mode, at head dims 128, 64
+ * and (Dqk, Dv) = (192, 128) (every case list runs at each built; the emulator trims the
+ * 192 x 128 lists).
  *
  * One shot: around its 128-row / 128-key tiles (and the 64-row consumer halves), Sq != Skv
  * both ways, every mask flag, GQA/MQA, strided views, empty rows, NaN/Inf in unseen keys,
@@ -32,6 +33,7 @@ static uint64_t next_seed = 2000;
 static int E;                 /* emulated: fewer, smaller cases */
 static int ran_sm90;          /* one-shot cases the sm90 forward took */
 static int ran_sm90_block;    /* block calls the sm90 forward took */
+static int ran_mla, ran_mla_block; /* the same at Dqk != Dv (192 x 128) */
 
 static void expect_ok(attn_status st, const char *what, const gc_case *c) {
   if (st == ATTN_OK) return;
@@ -46,6 +48,7 @@ static int check_path(const attn_cuda_problem *pb, const gc_case *c) {
   char desc[600];
   gc_describe(c, desc, sizeof desc);
   TU_CHECK(!strcmp(want, got), "forward ran %s, expected %s: %s", got, want, desc);
+  ran_mla += c->Dv && c->Dv != c->D && !strcmp(got, "sm90");
   return !strcmp(got, "sm90");
 }
 
@@ -118,57 +121,60 @@ static void run_padded_o(gc_case c) {
   gc_free(&P);
 }
 
-static void sweep_one_shot(int D) {
+/* The one-shot cases at head dims (D, Dv); on the emulator, T (Dqk != Dv: the MLA shape,
+ * whose case list trims to keep the emulated run short) takes fewer. */
+static void sweep_one_shot(int D, int Dv) {
+  const int T = E && D != Dv;
   static const int64_t sizes[][2] = {{1, 1},     {64, 64},   {65, 63},   {127, 129}, {129, 127},
                                      {128, 128}, {200, 333}, {333, 200}, {256, 1},   {1, 300},
                                      {1000, 1030}};
   static const int64_t emu_sizes[][2] = {{1, 1}, {65, 63}, {129, 200}, {200, 129}, {1, 130}};
-  const int n = E ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  const int n = E ? (T ? 3 : 5) : (int)(sizeof sizes / sizeof sizes[0]);
   for (int i = 0; i < n; i++)
     for (int causal = 0; causal < 2; causal++) {
       gc_case c = {.name = "sm90 shape", .B = 1 + (i & 1), .Sq = E ? emu_sizes[i][0] : sizes[i][0],
-                   .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = 2, .Hkv = 1, .D = D,
+                   .Skv = E ? emu_sizes[i][1] : sizes[i][1], .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv,
                    .causal = causal, .bhsd = i % 3 == 1,
                    .dtype = ((i + causal) & 1) ? ATTN_F16 : ATTN_BF16};
       run(c, i == 2, 0);
     }
   /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
-  for (int m = 0; m < 32; m += E ? 3 : 1) {
+  for (int m = 0; m < 32; m += E ? (T ? 7 : 3) : 1) {
     gc_case c = gc_flags_case("sm90 flags", m, E ? 150 : 300, E ? 170 : 280, 130);
-    c.D = D;
+    c.D = D, c.Dv = Dv;
     run(c, 0, 0);
   }
   /* many key tiles per CTA: every stage of the K/V ring reused, the pipelined steady
    * state, the warpgroups' first and last tiles apart (window), a CTA with one warpgroup idle */
-  for (int m = 0; m < 4; m++) {
+  for (int m = T; m < 4; m += T ? 2 : 1) {
     gc_case c = {.name = "sm90 ring", .B = 1, .Sq = E ? 130 : 700, .Skv = E ? 700 : 1600,
-                 .Hq = 2, .Hkv = 1, .D = D, .causal = m & 1, .dtype = m & 1 ? ATTN_F16 : ATTN_BF16};
+                 .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .causal = m & 1, .dtype = m & 1 ? ATTN_F16 : ATTN_BF16};
     if (m & 2) c.window = 1, c.wl = E ? 300 : 500, c.wr = (m & 1) ? -1 : 70, c.sinks = 1;
     run(c, 0, 0);
   }
   run((gc_case){.name = "sm90 causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
-                .Hkv = 1, .D = D, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 1, EXPECT_EMPTY_ROWS);
+                .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 1, EXPECT_EMPTY_ROWS);
   run((gc_case){.name = "sm90 window off the end", .B = 1, .Sq = E ? 150 : 300, .Skv = 100,
-                .Hq = 2, .Hkv = 2, .D = D, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
+                .Hq = 2, .Hkv = 2, .D = D, .Dv = Dv, .window = 1, .wl = 10, .wr = 5, .alibi = 1,
                 .dtype = ATTN_F16}, 1, EXPECT_EMPTY_ROWS);
   run((gc_case){.name = "sm90 narrow window", .B = 1, .Sq = E ? 70 : 150, .Skv = E ? 300 : 500,
-                .Hq = 2, .Hkv = 1, .D = D, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
+                .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
                 .dtype = ATTN_BF16}, 1, EXPECT_UNSEEN_KEYS);
   run((gc_case){.name = "sm90 hot window", .B = 1, .Sq = E ? 130 : 200, .Skv = E ? 150 : 230,
-                .Hq = 2, .Hkv = 2, .D = D, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
+                .Hq = 2, .Hkv = 2, .D = D, .Dv = Dv, .window = 1, .wl = 40, .wr = 17, .sinks = 1,
                 .dtype = ATTN_BF16}, 1, HOT);
   run_padded_o((gc_case){.name = "sm90 padded O", .B = 2, .Sq = E ? 130 : 333, .Skv = 150,
-                         .Hq = 2, .Hkv = 1, .D = D, .causal = 1, .dtype = ATTN_BF16});
+                         .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .dtype = ATTN_BF16});
   /* routed to mma.sync: varlen, block masks */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
-  run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .nseq = 3, .lq = lq,
+  run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .nseq = 3, .lq = lq,
                 .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
   run((gc_case){.name = "sm90 -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2, .Hkv = 1,
-                .D = D, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
+                .D = D, .Dv = Dv, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
   if (!E) /* (the float64 oracle of one takes seconds on the host: f16 at 128 only) */
     for (int dt = 0; dt < (D == 128 ? 2 : 1); dt++)
-      run((gc_case){.name = "sm90 big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2, .D = D,
-                    .causal = 1, .sinks = 1, .dtype = dt ? ATTN_F16 : ATTN_BF16}, 0, 0);
+      run((gc_case){.name = "sm90 big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
+                    .D = D, .Dv = Dv, .causal = 1, .sinks = 1, .dtype = dt ? ATTN_F16 : ATTN_BF16}, 0, 0);
 }
 
 /* ---- block mode ---------------------------------------------------------------------- */
@@ -284,6 +290,7 @@ static int64_t run_chain(gc_prob *P, const int64_t *qs, const int64_t *ks, int m
       TU_CHECK(!strcmp(want, got), "block call %lld ran %s, expected %s: %s", (long long)calls,
                got, want, desc);
       ran_sm90_block += !strcmp(got, "sm90");
+      ran_mla_block += P->Dv != P->D && !strcmp(got, "sm90");
       float *now = pstate_get(into);
       const int64_t bad = state_changes(P, was, now, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1], &blind);
       TU_CHECK(bad == 0, "block call rows [%lld, %lld) x keys [%lld, %lld) (%s): %lld state words "
@@ -428,37 +435,38 @@ static void run_block(gc_case c, int flags) {
   gc_free(&P);
 }
 
-static void sweep_block(int D) {
+static void sweep_block(int D, int Dv) {
+  const int T = E && D != Dv; /* as in sweep_one_shot */
   /* every flag (window, softcap + f16, sinks + [B,H,S,D], ALiBi, GQA / MQA), causal and not */
-  for (int m = 0; m < 32; m += E ? 5 : 1) {
+  for (int m = 0; m < 32; m += E ? (T ? 9 : 5) : 1) {
     gc_case c = gc_flags_case("sm90 block flags", m, E ? 150 : 300, E ? 170 : 280, 60);
-    c.D = D;
+    c.D = D, c.Dv = Dv;
     run_block(c, m % 3 == 0 ? MERGE : 0);
   }
   run_block((gc_case){.name = "sm90 block API", .B = 1, .Sq = 90, .Skv = 150, .Hq = 2, .Hkv = 1,
-                      .D = D, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, MERGE | BLIND_ROWS);
+                      .D = D, .Dv = Dv, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, MERGE | BLIND_ROWS);
   /* several work tiles per CTA (the state loaded at each) and key blocks of several tiles */
   run_block((gc_case){.name = "sm90 block long", .B = 2, .Sq = E ? 300 : 700, .Skv = E ? 700 : 1500,
-                      .Hq = 2, .Hkv = 1, .D = D, .alibi = 1, .dtype = ATTN_F16}, 0);
+                      .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .alibi = 1, .dtype = ATTN_F16}, 0);
   run_block((gc_case){.name = "sm90 block long causal", .B = 1, .Sq = E ? 300 : 900,
-                      .Skv = E ? 500 : 1100, .Hq = 3, .Hkv = 1, .D = D, .causal = 1, .sinks = 1,
+                      .Skv = E ? 500 : 1100, .Hq = 3, .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .sinks = 1,
                       .softcap = 3.0f, .dtype = ATTN_BF16}, MERGE | BLIND_ROWS);
   /* rows empty in every block, rows empty in some */
   run_block((gc_case){.name = "sm90 block causal Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70,
-                      .Hq = 2, .Hkv = 1, .D = D, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
+                      .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .sinks = 1, .dtype = ATTN_BF16},
             BLIND_ROWS);
   run_block((gc_case){.name = "sm90 block window off the end", .B = 1, .Sq = E ? 150 : 300,
-                      .Skv = 100, .Hq = 2, .Hkv = 2, .D = D, .window = 1, .wl = 10, .wr = 5,
+                      .Skv = 100, .Hq = 2, .Hkv = 2, .D = D, .Dv = Dv, .window = 1, .wl = 10, .wr = 5,
                       .alibi = 1, .dtype = ATTN_F16}, BLIND_ROWS | MERGE);
   run_block((gc_case){.name = "sm90 block narrow window", .B = 1, .Sq = E ? 70 : 150,
-                      .Skv = E ? 300 : 500, .Hq = 2, .Hkv = 1, .D = D, .window = 1, .wl = 3,
+                      .Skv = E ? 300 : 500, .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .window = 1, .wl = 3,
                       .wr = 0, .softcap = 5.0f, .dtype = ATTN_BF16}, BLIND_ROWS | PLANT);
   /* routed to mma.sync in block mode too: varlen, block masks */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
-  run_block((gc_case){.name = "sm90 block -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .nseq = 3,
+  run_block((gc_case){.name = "sm90 block -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .nseq = 3,
                       .lq = lq, .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0);
   run_block((gc_case){.name = "sm90 block -> mma block mask", .B = 1, .Sq = 150, .Skv = 140,
-                      .Hq = 2, .Hkv = 1, .D = D, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0);
+                      .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0);
 }
 
 int main(void) {
@@ -474,15 +482,21 @@ int main(void) {
     return 77;
   }
   attn_cuda_set_hopper(1);
-  for (int D = 128; D >= 64; D -= 64) { /* the head dims with sm90 instances (64: if built) */
-    sweep_one_shot(D);
-    sweep_block(D);
+  /* the head dims with sm90 instances (64 and 192 x 128: if built) */
+  static const int hd[][2] = {{128, 128}, {64, 64}, {192, 128}};
+  for (int i = 0; i < 3; i++) {
+    sweep_one_shot(hd[i][0], hd[i][1]);
+    sweep_block(hd[i][0], hd[i][1]);
   }
   attn_cuda_set_hopper(-1);
-  printf("test_cuda_sm90_fwd: %d one-shot cases and %d block calls ran the sm90 forward\n",
-         ran_sm90, ran_sm90_block);
+  printf("test_cuda_sm90_fwd: %d one-shot cases and %d block calls ran the sm90 forward "
+         "(%d and %d at 192 x 128)\n", ran_sm90, ran_sm90_block, ran_mla, ran_mla_block);
   /* the emulator models compute capability 9.0: every case that may take sm90 must */
   TU_CHECK(!td_emulated() || (ran_sm90 >= 20 && ran_sm90_block >= 50),
            "only %d one-shot cases and %d block calls ran the sm90 forward", ran_sm90, ran_sm90_block);
+  TU_CHECK(!td_emulated() || !gc_have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16}) ||
+               (ran_mla >= 10 && ran_mla_block >= 20),
+           "only %d one-shot cases and %d block calls ran the sm90 forward at 192 x 128", ran_mla,
+           ran_mla_block);
   return tu_finish("test_cuda_sm90_fwd");
 }
