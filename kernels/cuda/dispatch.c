@@ -108,9 +108,8 @@ static const sm90_set sm90_bwd[] = {
  * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
  * sm90 instance for (the tables above), without varlen or a block mask; the forward both
  * one shot and in block mode (the state-carrying call of the ring: the same conditions,
- * the same kernel); the
- * backward with a non-deterministic dQ (its dQ is added with float32 atomics, so
- * ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
+ * the same kernel); the backward with a non-deterministic dQ (its dQ is added with
+ * float32 atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
  * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
  * cannot describe a view. Everything else runs the mma.sync kernels. */
 static int hopper_override = -1;

@@ -101,9 +101,9 @@
 
 #ifndef FA_SM90_MAPS_DEFINED
 #define FA_SM90_MAPS_DEFINED
-/* TMA descriptors of Q [B,sq,Hq,D], K [B,skv,Hkv,D], V [B,skv,Hkv,D] (4-d maps (d, s, h,
- * b), boxes of 64 columns x 128 rows, 128-byte swizzle) and O [B,sq,Hq,D] (boxes of 64 x 64
- * rows: one consumer's) when o_tma, else O is stored directly. */
+/* TMA descriptors of Q [B,sq,Hq,Dqk], K [B,skv,Hkv,Dqk], V [B,skv,Hkv,Dv] (4-d maps (d, s,
+ * h, b), boxes of 64 columns x 128 rows, 128-byte swizzle) and O [B,sq,Hq,Dv] (boxes of 64 x
+ * 64 rows: one consumer's) when o_tma, else O is stored directly. */
 struct fa_sm90_maps {
   fa_tmap q, k, v, o;
   int o_tma;
