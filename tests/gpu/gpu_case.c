@@ -335,37 +335,44 @@ attn_status gc_fwd(gc_prob *P, gc_out *out) {
   return st;
 }
 
-attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic) {
-  const int64_t nq = gc_n_q(P), nk = gc_n_k(P), nv = gc_n_v(P), nl = gc_n_lse(P);
-  float *dq = td_alloc((size_t)nq * 4), *dk = td_alloc((size_t)nk * 4), *dv = td_alloc((size_t)nv * 4);
+attn_status gc_bwd_views(gc_prob *P, attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,
+                         int deterministic, float *ds_out) {
+  const int64_t nl = gc_n_lse(P);
   float *delta = td_alloc((size_t)nl * 4), *ds = td_alloc((size_t)P->Hq * 4 + 4);
-  td_memset(dq, 0, (size_t)nq * 4);
-  td_memset(dk, 0, (size_t)nk * 4);
-  td_memset(dv, 0, (size_t)nv * 4);
   td_memset(delta, 0xFF, (size_t)nl * 4);
   td_memset(ds, 0, (size_t)P->Hq * 4 + 4);
   attn_cuda_view o = gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv);
   attn_cuda_view dout = gc_view(P, P->ddo, P->Sq, P->Hq, P->Dv);
   attn_status st = attn_cuda_bwd_prepare(&P->pb, o, dout, P->d_lse, delta, P->sinks ? ds : NULL, NULL);
   if (st == ATTN_OK)
-    st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq,
-                             gc_view(P, dq, P->Sq, P->Hq, P->D), gc_view(P, dk, P->Skv, P->Hkv, P->D),
-                             gc_view(P, dv, P->Skv, P->Hkv, P->Dv), deterministic, P->d_ws,
+    st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq, dq, dk, dv, deterministic, P->d_ws,
                              P->ws_bytes, NULL);
   td_sync();
+  td_download(ds_out, ds, (size_t)P->Hq * 4);
+  td_free(delta);
+  td_free(ds);
+  return st;
+}
+
+attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic) {
+  const int64_t nq = gc_n_q(P), nk = gc_n_k(P), nv = gc_n_v(P);
+  float *dq = td_alloc((size_t)nq * 4), *dk = td_alloc((size_t)nk * 4), *dv = td_alloc((size_t)nv * 4);
+  td_memset(dq, 0, (size_t)nq * 4);
+  td_memset(dk, 0, (size_t)nk * 4);
+  td_memset(dv, 0, (size_t)nv * 4);
   if (!out->dq) out->dq = tu_alloc((size_t)nq * 4);
   if (!out->dk) out->dk = tu_alloc((size_t)nk * 4);
   if (!out->dv) out->dv = tu_alloc((size_t)nv * 4);
   if (!out->ds) out->ds = tu_alloc((size_t)P->Hq * 4 + 4);
+  const attn_status st =
+      gc_bwd_views(P, gc_view(P, dq, P->Sq, P->Hq, P->D), gc_view(P, dk, P->Skv, P->Hkv, P->D),
+                   gc_view(P, dv, P->Skv, P->Hkv, P->Dv), deterministic, out->ds);
   gc_download_f32(P, dq, P->Sq, P->Hq, P->D, out->dq);
   gc_download_f32(P, dk, P->Skv, P->Hkv, P->D, out->dk);
   gc_download_f32(P, dv, P->Skv, P->Hkv, P->Dv, out->dv);
-  td_download(out->ds, ds, (size_t)P->Hq * 4);
   td_free(dq);
   td_free(dk);
   td_free(dv);
-  td_free(delta);
-  td_free(ds);
   return st;
 }
 

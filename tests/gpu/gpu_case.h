@@ -90,6 +90,10 @@ void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, i
 
 /* One-shot forward into P->d_o / P->d_lse (poisoned first); out->o, out->lse. */
 attn_status gc_fwd(gc_prob *P, gc_out *out);
+/* The backward of P (after gc_fwd) into the given float32 gradient views (zeroed by the
+ * caller), and d(sinks) into ds_out [Hq]: attn_cuda_bwd_prepare + attn_cuda_bwd_block. */
+attn_status gc_bwd_views(gc_prob *P, attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,
+                         int deterministic, float *ds_out);
 /* Backward from P->d_o / P->d_lse (run gc_fwd first); out->dq, dk, dv, ds. */
 attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic);
 /* Oracle and naive references. */

@@ -95,29 +95,16 @@ static int64_t pad_gather(pad_grad *g, int64_t B, float *out) {
 
 /* The backward of P (after gc_fwd) into padded gradient views; out->dq, dk, dv, ds. */
 static attn_status run_bwd(gc_prob *P, gc_out *out, int deterministic, int64_t *changed) {
-  const int64_t nl = gc_n_lse(P);
   pad_grad dq, dk, dv;
   pad_alloc(&dq, P->B, P->Sq, P->Hq, P->D);
   pad_alloc(&dk, P->B, P->Skv, P->Hkv, P->D);
   pad_alloc(&dv, P->B, P->Skv, P->Hkv, P->Dv);
-  float *delta = td_alloc((size_t)nl * 4), *ds = td_alloc((size_t)P->Hq * 4 + 4);
-  td_memset(delta, 0xFF, (size_t)nl * 4);
-  td_memset(ds, 0, (size_t)P->Hq * 4 + 4);
-  attn_cuda_view o = gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv);
-  attn_cuda_view dout = gc_view(P, P->ddo, P->Sq, P->Hq, P->Dv);
-  attn_status st = attn_cuda_bwd_prepare(&P->pb, o, dout, P->d_lse, delta, P->sinks ? ds : NULL, NULL);
-  if (st == ATTN_OK)
-    st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq, dq.v, dk.v, dv.v, deterministic,
-                             P->d_ws, P->ws_bytes, NULL);
-  td_sync();
   if (!out->dq) out->dq = tu_alloc((size_t)gc_n_q(P) * 4);
   if (!out->dk) out->dk = tu_alloc((size_t)gc_n_k(P) * 4);
   if (!out->dv) out->dv = tu_alloc((size_t)gc_n_v(P) * 4);
   if (!out->ds) out->ds = tu_alloc((size_t)P->Hq * 4 + 4);
+  const attn_status st = gc_bwd_views(P, dq.v, dk.v, dv.v, deterministic, out->ds);
   *changed = pad_gather(&dq, P->B, out->dq) + pad_gather(&dk, P->B, out->dk) + pad_gather(&dv, P->B, out->dv);
-  td_download(out->ds, ds, (size_t)P->Hq * 4);
-  td_free(delta);
-  td_free(ds);
   return st;
 }
 
