@@ -189,6 +189,19 @@ if(ATTN_BUILD_TESTS OR (ATTN_BUILD_BENCH AND ATTN_CUDA_ENABLED))
     target_include_directories(attnrun_ref PUBLIC ${ATTN_ROOT}/include ${ATTN_ROOT}/kernels/ref)
     target_link_libraries(attnrun_ref PUBLIC m)
   endif()
+  # attnrun_cuda_api: what a GPU test or benchmark program links for the kernels'
+  # interface (cuda_attn.h): libattnrun, which exports it, so that the ~20 MB kernel fatbin
+  # exists once per build (and once in the GPU bundle), not once per program; a project
+  # without libattnrun (tests/gpu/standalone) gets the static kernels and the status table.
+  if(ATTN_CUDA_ENABLED)
+    add_library(attnrun_cuda_api INTERFACE)
+    target_include_directories(attnrun_cuda_api INTERFACE ${ATTN_CUDA_DIR} ${ATTN_ROOT}/include)
+    if(TARGET attnrun)
+      target_link_libraries(attnrun_cuda_api INTERFACE attnrun)
+    else()
+      target_link_libraries(attnrun_cuda_api INTERFACE attnrun_cuda_kernels attn_cuda_status)
+    endif()
+  endif()
 endif()
 if(ATTN_BUILD_TESTS)
   enable_testing()

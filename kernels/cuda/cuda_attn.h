@@ -15,7 +15,12 @@
  * head dims that are multiples of 8 up to 256, on a slower SIMT path (FFMA, float32
  * accuracy); compute capability 8.0+. bf16/f16 views need 16-byte aligned data and
  * strides that are multiples of 8 elements; float32 views (f32 q/k/v/o/dout, dq, dk, dv,
- * the state) need 8-byte alignment and even strides. */
+ * the state) need 8-byte alignment and even strides.
+ *
+ * Not part of the installed API (attnrun.h), but exported by libattnrun.so (default
+ * visibility below, while the rest of the kernel library stays hidden): the GPU tests and
+ * the GPU benchmark call these through libattnrun, so the one copy of the kernels' fatbin
+ * there serves every program of a build. */
 #ifndef ATTN_CUDA_ATTN_H
 #define ATTN_CUDA_ATTN_H
 
@@ -27,6 +32,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* A strided device view of a [B, S, H, D] tensor: element (b,s,h,d) at
  * p[b*sb + s*ss + h*sh + d], in elements of the view's type. */
@@ -138,6 +144,7 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
  * (the float32 kernels take any supported head dims). */
 const char *attn_cuda_head_dims(void);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif
