@@ -15,7 +15,7 @@
 #   bin/pkg-config    wrapper around the bundled pkgconf (for a fallback build on the device)
 #   build/            the pruned build tree: executables, CTest files, ptxas logs, the .cu.o the SASS census reads
 # It travels to the GPU machine as .gpu-bundle.tar.gz (the 64 MiB carry limit counts raw
-# bytes: the folder is about 136 MiB, the tarball about 42): the device tool's run with
+# bytes: the folder is about 50 MiB, the tarball about 16): the device tool's run with
 #   carry: [".gpu-bundle.tar.gz"], command: "bash tests/gpu/device-check.sh", timeout_s: 560
 # and device-check.sh unpacks it there (attn_bundle_unpack) before anything else.
 

@@ -4,8 +4,8 @@
 # of Debian's Open MPI / PMIx / hwloc / reference BLAS, and writes .gpu-bundle/: the pruned
 # build tree plus every library a bare CUDA image lacks, an mpiexec wrapper that runs the
 # relocated Open MPI, and a manifest; then .gpu-bundle.tar.gz, the same folder gzipped (the
-# device tool's 64 MiB carry limit counts raw bytes: the folder is about 136 MiB, five of its
-# programs embedding the 20 MB kernel fatbin; the tarball about 42). tests/gpu/device-check.sh
+# device tool's 64 MiB carry limit counts raw bytes: the folder is about 50 MiB, the ~40 MB
+# kernel fatbin once, in libattnrun, which the GPU tests and benchmark link; the tarball about 16). tests/gpu/device-check.sh
 # unpacks it on the GPU machine and runs the tests there without building (README.md, "GPU").
 # Then, with the device tool:
 #   run(carry: [".gpu-bundle.tar.gz"], command: "bash tests/gpu/device-check.sh", timeout_s: 560)
