@@ -1,0 +1,216 @@
+"""test_binding.py — the Python binding (python/attnrun) on one rank against the float64
+NumPy reference (ref_numpy.py): forward and backward with every feature on and off, random
+inputs drawn fresh per case, strided (BHSD) views, empty rows, bad arguments (AttnError
+naming the argument, nothing written), the finite-difference check of the reference itself;
+on a CUDA context also bf16 / f16 torch CUDA tensors (when torch is installed).
+
+    python3 tests/python/test_binding.py [cpu|cuda|auto]
+Exit 0: passed; 1: failed; 77: skipped (no NumPy, or no device for "cuda")."""
+import os
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    print("test_binding: no NumPy, skipped")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attnrun  # noqa: E402
+import ref_numpy as ref  # noqa: E402
+
+FAILS = []
+TOL = {"o": 2e-5, "lse": 2e-5, "dq": 1e-4, "dk": 1e-4, "dv": 1e-4, "dsinks": 1e-4}
+
+
+def rel_err(got, want):
+    """‖got − want‖ / ‖want‖ over the finite entries; inf where NaN shows or infinities differ."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if np.isnan(got).any() or (np.isinf(got) != np.isinf(want)).any() or \
+            (got[np.isinf(got)] != want[np.isinf(want)]).any():
+        return np.inf
+    f = np.isfinite(want)
+    return np.linalg.norm(got[f] - want[f]) / max(np.linalg.norm(want[f]), 1e-30)
+
+
+def expect(name, got, want, tol):
+    e = rel_err(got, want)
+    ok = e <= tol
+    print(f"  {'ok ' if ok else 'BAD'} {name:28s} rel err {e:.2e} (tol {tol:.0e})")
+    if not ok:
+        FAILS.append(name)
+
+
+def case(rng, B=2, Sq=37, Skv=45, Hq=4, Hkv=2, Dqk=32, Dv=None, bhsd=False, **spec):
+    """Draws a random problem, runs the binding's forward and backward and compares."""
+    Dv = Dv or Dqk
+    if spec.pop("sinks", False):
+        spec["sinks"] = rng.standard_normal(Hq).astype(np.float32)
+    if spec.pop("alibi", False):
+        spec["alibi_slopes"] = (0.5 ** np.arange(1, Hq + 1)).astype(np.float32)
+    shapes = [(B, Sq, Hq, Dqk), (B, Skv, Hkv, Dqk), (B, Skv, Hkv, Dv), (B, Sq, Hq, Dv)]
+    if bhsd:  # [B, H, S, D] storage seen through a [B, S, H, D] view
+        q, k, v, do = (rng.standard_normal((s[0], s[2], s[1], s[3])).astype(np.float32)
+                       .transpose(0, 2, 1, 3) for s in shapes)
+    else:
+        q, k, v, do = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    o, lse = CTX.forward(q, k, v, **spec)
+    ro, rlse = ref.forward(q, k, v, **spec)
+    name = ",".join(a if hasattr(b, "shape") or isinstance(b, tuple) and hasattr(b[0], "shape")
+                    else f"{a}={b}" for a, b in spec.items()) or "plain"
+    name += f" B{B} {Sq}x{Skv} H{Hq}/{Hkv} D{Dqk}/{Dv}" + (" bhsd" if bhsd else "")
+    print(name)
+    expect("o", o, ro, TOL["o"])
+    expect("lse", lse, rlse, TOL["lse"])
+    dq, dk, dv, dsinks = CTX.backward(q, k, v, o, lse, do, **spec)
+    rdq, rdk, rdv, rds = ref.backward(q, k, v, do, **spec)
+    for n, g, w in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)):
+        expect(n, g, w, TOL[n])
+    if rds is not None:
+        expect("dsinks", dsinks, rds, TOL["dsinks"])
+    elif dsinks is not None:
+        FAILS.append(name + ": dsinks without sinks")
+    return o, lse, dq
+
+
+def varlen_case(rng, lens_q, lens_kv, **spec):
+    cq = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lens_kv)]).astype(np.int32)
+    return case(rng, B=1, Sq=int(cq[-1]), Skv=int(ck[-1]), cu_seqlens_q=cq, cu_seqlens_kv=ck, **spec)
+
+
+def bad_arguments(rng):
+    """Each mistake raises AttnError with the argument's name; the inputs are untouched."""
+    print("bad arguments")
+    q = rng.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    v = rng.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    keep = [x.copy() for x in (q, k, v)]
+    bad = [("v shape", dict(k=k[:, :, :1])), ("k shape", dict(k=k[..., :8])),
+           ("q", dict(q=q[0])), ("dtype", dict(q=q.astype(np.float64))),
+           ("window", dict(window=(1, 2, 3))), ("cu_seqlens", dict(cu_seqlens_q=[0, 8])),
+           ("backend", None)]
+    for needle, kw in bad:
+        try:
+            if kw is None:
+                attnrun.Context("tpu")
+            else:
+                args = dict(q=q, k=k, v=v)
+                args.update(kw)
+                CTX.forward(args.pop("q"), args.pop("k"), args.pop("v"), **args)
+        except attnrun.AttnError as e:
+            ok = e.code in (1, 2) and needle in str(e)
+            print(f"  {'ok ' if ok else 'BAD'} {needle}: {e}")
+            if not ok:
+                FAILS.append(f"bad argument {needle}: {e}")
+            continue
+        FAILS.append(f"bad argument {needle}: no error")
+        print(f"  BAD {needle}: no error")
+    if any((a != b).any() for a, b in zip((q, k, v), keep)):
+        FAILS.append("bad arguments: an input changed")
+
+
+def staging_mechanics(rng):
+    """The host-array staging a CUDA context uses, driven through the cpu context's memory
+    (attn_ctx_alloc / attn_ctx_copy are the same calls): inputs copied in, outputs copied
+    back only on success, buffers distinct from the arrays."""
+    import ctypes
+    from attnrun import arrays
+    x = rng.standard_normal(1000).astype(np.float32)
+    for ok in (True, False):
+        y = np.full(1000, np.nan, np.float32)
+        st = arrays.Staging(CTX._h, 1)  # pretend the context computes elsewhere
+        px, py = st.ptr(x, "staging", "x"), st.ptr(y, "staging", "y", out=True)
+        seen = np.empty_like(x)
+        ctypes.memmove(seen.ctypes.data, px, x.nbytes)
+        ctypes.memmove(py, px, x.nbytes)  # the "kernel": y := x in context memory
+        st.finish(ok)
+        good = px not in (x.ctypes.data, None) and (seen == x).all() and \
+            ((y == x).all() if ok else np.isnan(y).all())
+        print(f"  {'ok ' if good else 'BAD'} staging, call {'succeeded' if ok else 'failed'}")
+        if not good:
+            FAILS.append(f"staging ok={ok}")
+
+
+def torch_cases(rng):
+    """bf16 / f16 torch CUDA tensors straight into the CUDA backend (no staging), against
+    the reference on the same rounded inputs; tolerances of bf16/f16 storage."""
+    try:
+        import torch
+    except ImportError:
+        print("torch cases: torch is not installed, skipped")
+        return
+    if CTX.device != 1 or not torch.cuda.is_available():
+        print("torch cases: not a CUDA context, skipped")
+        return
+    tol = {"o": 2e-2, "lse": 2e-3, "dq": 5e-2, "dk": 5e-2, "dv": 5e-2, "dsinks": 5e-2}
+    for dt, D, spec in ((torch.bfloat16, 128, {"causal": True}),
+                        (torch.float16, 64, {"window": (40, 0), "sinks": True})):
+        B, S, Hq, Hkv = 2, 300, 4, 2
+        if spec.pop("sinks", False):
+            spec["sinks"] = rng.standard_normal(Hq).astype(np.float32)
+        dev = [torch.from_numpy(rng.standard_normal(sh).astype(np.float32)).to("cuda", dt)
+               for sh in ((B, S, Hq, D), (B, S, Hkv, D), (B, S, Hkv, D), (B, S, Hq, D))]
+        q, k, v, do = (x.float().cpu().numpy() for x in dev)
+        o, lse = CTX.forward(*dev[:3], **spec)
+        dq, dk, dv, ds = CTX.backward(*dev[:3], o, lse, dev[3], **spec)
+        ro, rlse = ref.forward(q, k, v, **spec)
+        grads = ref.backward(q, k, v, do, **spec)
+        print(f"torch {dt} D{D} {','.join(spec)}")
+        for n, g, w in (("o", o, ro), ("lse", lse, rlse), ("dq", dq, grads[0]), ("dk", dk, grads[1]),
+                        ("dv", dv, grads[2]), ("dsinks", ds, grads[3])):
+            if w is not None:
+                expect(n, g.float().cpu().numpy(), w, tol[n])
+
+
+def main():
+    global CTX
+    backend = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    try:
+        CTX = attnrun.Context(backend)
+    except attnrun.AttnError as e:
+        if backend == "cuda":
+            print(f"test_binding: no CUDA context ({e}), skipped")
+            return 77
+        raise
+    print(f"attnrun {attnrun.version()} on {CTX.backend}")
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+
+    gap = max(ref.check_backward_by_differences(rng, **s) for s in (
+        {}, {"causal": True, "softcap": 2.0}, {"sinks": True, "alibi_slopes": np.array([0.3, 0.7])}))
+    print(f"reference backward vs central differences: {gap:.1e}")
+    if gap > 1e-6:
+        FAILS.append("reference backward")
+
+    case(rng)
+    case(rng, causal=True)
+    case(rng, causal=True, window=(9, 0))
+    case(rng, window=(5, 7))
+    case(rng, softcap=3.0, scale=0.2)
+    case(rng, sinks=True, causal=True)
+    case(rng, alibi=True)
+    case(rng, Hq=4, Hkv=1, Dqk=64, Dv=32, causal=True)  # MQA, Dqk != Dv
+    case(rng, bhsd=True, causal=True, sinks=True)
+    mask = (rng.random((3, 2)) < 0.6).astype(np.uint8)
+    mask[0, 0] = 0  # a query block that may see nothing
+    case(rng, Sq=40, Skv=40, block_mask=(mask, 16, 32))
+    # bottom-right causal with Sq > Skv: rows 0..Sq-Skv-1 see nothing (O = 0, LSE = -inf)
+    o, lse, dq = case(rng, Sq=20, Skv=12, causal=True)
+    if not ((o[:, :8] == 0).all() and np.isneginf(lse[:, :, :8]).all() and (dq[:, :8] == 0).all()):
+        FAILS.append("empty rows: O, LSE or dQ not 0 / -inf")
+    varlen_case(rng, [7, 0, 19, 5], [11, 4, 19, 9], causal=True)
+    varlen_case(rng, [16, 9], [16, 30], window=(4, 4), sinks=True)
+    bad_arguments(rng)
+    staging_mechanics(rng)
+    torch_cases(rng)
+    CTX.close()
+    if FAILS:
+        print(f"test_binding: {len(FAILS)} failed: {FAILS}")
+        return 1
+    print("test_binding: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
