@@ -123,7 +123,10 @@ class Context:
             self._h = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the module may be gone already
+            pass
 
     def __enter__(self):
         return self
@@ -201,7 +204,10 @@ class Group:
             self._h = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the module may be gone already
+            pass
 
     def ring_forward(self, q, k, v, seq_q, seq_kv=None, layout="zigzag", **spec):
         """Ring attention over this rank's CP group: q, k, v are this rank's rows
