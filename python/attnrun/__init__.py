@@ -1,7 +1,7 @@
 """attnrun — the thin Python binding of libattnrun (include/attnrun.h, over ctypes): exact
 softmax attention, forward and backward, on one rank (Context.forward / .backward) or over
 MPI ranks (Group.ring_forward / .ring_backward: context parallel, K/V passed around the
-ring), with every mask and feature of the C API (DESIGN.md §2): causal (bottom-right),
+ring; Layer: the tensor-parallel attention layer with its projections), with every mask and feature of the C API (DESIGN.md §2): causal (bottom-right),
 sliding window, sinks, ALiBi, softcap, GQA/MQA, varlen, block-sparse masks, Dqk != Dv.
 
 Arrays are NumPy arrays (host, float32 on the cpu backend) or torch tensors (host or CUDA:
@@ -22,7 +22,7 @@ from . import _capi as C
 from . import arrays as A
 from ._capi import AttnError
 
-__all__ = ["AttnError", "Context", "Group", "cp_shard_rows", "flops_fwd", "version"]
+__all__ = ["AttnError", "Context", "Group", "Layer", "cp_shard_rows", "flops_fwd", "version"]
 
 
 def version():
@@ -34,12 +34,11 @@ class _Spec:
     """An attn_spec built from keyword arguments, with its arrays kept alive (and staged to
     the context's memory) for the duration of one call."""
 
-    def __init__(self, func, stage, q, k, v, causal=False, window=(-1, -1), softcap=0.0,
+    def __init__(self, func, stage, dims, causal=False, window=(-1, -1), softcap=0.0,
                  scale=None, sinks=None, alibi_slopes=None, cu_seqlens_q=None,
-                 cu_seqlens_kv=None, block_mask=None):
-        s = self.spec = C.Spec()
-        s.num_heads_q, s.num_heads_kv = _dim(q, 2), _dim(k, 2)
-        s.head_dim_qk, s.head_dim_v = _dim(q, 3), _dim(v, 3)
+                 cu_seqlens_kv=None, block_mask=None, spec=None):
+        s = self.spec = C.Spec() if spec is None else spec
+        s.num_heads_q, s.num_heads_kv, s.head_dim_qk, s.head_dim_v = (int(d) for d in dims)
         s.scale = 0.0 if scale is None else float(scale)
         s.causal = int(bool(causal))
         if window is None:
@@ -79,6 +78,11 @@ class _Spec:
 def _dim(x, i):
     shape = getattr(x, "shape", ())
     return int(shape[i]) if len(shape) == 4 else 0
+
+
+def _dims(q, k, v):
+    """(Hq, Hkv, Dqk, Dv) of 4-D q, k, v (0 where one is not 4-D: the library says so)."""
+    return _dim(q, 2), _dim(k, 2), _dim(q, 3), _dim(v, 3)
 
 
 def _fptr(p):
@@ -143,7 +147,7 @@ class Context:
         B, Sq, Hq, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
         o, lse = A.new_like(q, (B, Sq, Hq, Dv)), A.new_like(q, (B, Hq, Sq), float32=True)
         with _Call(self) as st:
-            sp = _Spec("attn_fwd", st, q, k, v, **spec)
+            sp = _Spec("attn_fwd", st, _dims(q, k, v), **spec)
             tq, tk, tv = (st.tensor(x, "attn_fwd", n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
             to = st.tensor(o, "attn_fwd", "o", out=True)
             plse = st.ptr(lse, "attn_fwd", "lse", out=True)
@@ -160,7 +164,7 @@ class Context:
         dv = A.new_like(v, tuple(v.shape), float32=True)
         dsinks = A.new_like(q, (_dim(q, 2),), float32=True) if spec.get("sinks") is not None else None
         with _Call(self) as st:
-            sp = _Spec(func, st, q, k, v, **spec)
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
             ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
             lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
             plse = st.ptr(lse32, func, "lse")
@@ -216,7 +220,7 @@ class Group:
         B, Sq, Hq, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
         o, lse = A.new_like(q, (B, Sq, Hq, Dv)), A.new_like(q, (B, Hq, Sq), float32=True)
         with _Call(ctx) as st:
-            sp = _Spec(func, st, q, k, v, **spec)
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
             ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
             to, plse = st.tensor(o, func, "o", out=True), st.ptr(lse, func, "lse", out=True)
             C.check(func, C.lib.attn_ring_fwd(self._h, ctypes.byref(sp.spec), _layout(func, layout),
@@ -232,7 +236,7 @@ class Group:
         dv = A.new_like(v, tuple(v.shape), float32=True)
         dsinks = A.new_like(q, (_dim(q, 2),), float32=True) if spec.get("sinks") is not None else None
         with _Call(ctx) as st:
-            sp = _Spec(func, st, q, k, v, **spec)
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
             ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
             lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
             plse = st.ptr(lse32, func, "lse")
@@ -243,6 +247,101 @@ class Group:
                                               int(seq_q), int(seq_q if seq_kv is None else seq_kv),
                                               *ins, _fptr(plse), tdo, *outs, _fptr(pds)))
         return dq, dk, dv, dsinks
+
+
+class Layer:
+    """The tensor-parallel attention layer y = Attn(x W_q, x W_k, x W_v) W_o over a Group:
+    heads sharded over its TP ranks (each rank passes its own weight shards, see heads),
+    the attention a ring over its CP ranks when cp > 1 (x's rows as cp_shard_rows), RoPE
+    on Q and K when rope_theta > 0 (GPT-NeoX half split, global positions). Keywords: the
+    attention spec's (global: sinks / alibi_slopes are [Hq]); their arrays stay with the
+    layer until close. All arrays float32: x, y [B, S_loc, d_model], w_qkv [d_model,
+    hq*Dqk + hk*Dqk + hk*Dv] = this rank's [W_q | W_k | W_v] columns (head-major), w_o
+    [hq*Dv, d_model] its rows of W_o."""
+
+    def __init__(self, group, d_model, num_heads_q, num_heads_kv, head_dim, head_dim_v=0,
+                 rope_theta=0.0, layout="zigzag", **spec):
+        func = "attn_layer_create"
+        self.group, self._h = group, None
+        self._stage = A.Staging(group.ctx._h, group.ctx.device)
+        cfg = C.LayerConfig()
+        cfg.size, cfg.version = ctypes.sizeof(C.LayerConfig), 1
+        cfg.d_model, cfg.rope_theta = int(d_model), float(rope_theta)
+        cfg.layout = _layout(func, layout)
+        cfg.spec.size, cfg.spec.version = ctypes.sizeof(C.Spec), C.SPEC_VERSION
+        cfg.spec.window_left = cfg.spec.window_right = -1
+        try:
+            self._spec = _Spec(func, self._stage, (num_heads_q, num_heads_kv, head_dim, head_dim_v),
+                               spec=cfg.spec, **spec)
+            h = ctypes.c_void_p()
+            C.check(func, C.lib.attn_layer_create(ctypes.byref(h), group._h, ctypes.byref(cfg)))
+        except BaseException:
+            self._stage.finish(False)
+            raise
+        self._h, self._cfg = h, cfg
+        hd = C.LayerHeads()
+        C.check("attn_layer_get_heads", C.lib.attn_layer_get_heads(h, ctypes.byref(hd)))
+        self.heads = {n: getattr(hd, n) for n, _ in C.LayerHeads._fields_}
+        self._shapes = None
+
+    def close(self):
+        if getattr(self, "_h", None):
+            C.lib.attn_layer_destroy(self._h)
+            self._h = None
+            self._stage.finish(False)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _f32(self, st, x, func, name, out=False):
+        """A contiguous float32 array's pointer in context memory (NumPy inputs converted
+        when needed; outputs are the layer's own new arrays)."""
+        x32 = A.vector(x, "float32", func, name)
+        if A.is_numpy(x32):
+            x32 = x32.reshape(x.shape)
+        self._keep.append(x32)
+        return _fptr(st.ptr(x32, func, name, out))
+
+    def forward(self, x, w_qkv, w_o, seq_global):
+        """y [B, S_loc, d_model] (identical over the TP group)."""
+        func = "attn_layer_fwd"
+        if len(getattr(x, "shape", ())) != 3:
+            raise C.invalid(func, f"x: expected [B, S_loc, d_model], got shape {getattr(x, 'shape', None)}")
+        y = A.new_like(x, tuple(x.shape), float32=True)
+        self._keep = []
+        with _Call(self.group.ctx) as st:
+            px, pw, po = (self._f32(st, a, func, n) for a, n in ((x, "x"), (w_qkv, "w_qkv"), (w_o, "w_o")))
+            py = self._f32(st, y, func, "y", out=True)
+            C.check(func, C.lib.attn_layer_fwd(self._h, int(x.shape[0]), int(seq_global), px, pw, po, py))
+        self._shapes = (tuple(x.shape), tuple(w_qkv.shape), tuple(w_o.shape), x)
+        return y
+
+    def backward(self, dy):
+        """(dx [B, S_loc, d_model] summed over TP, dw_qkv and dw_o: this rank's shards) of
+        the last forward."""
+        func = "attn_layer_bwd"
+        if self._shapes is None:
+            raise C.invalid(func, "layer: backward before forward")
+        xs, ws, os_, x = self._shapes
+        dx, dw, do = (A.new_like(x, sh, float32=True) for sh in (xs, ws, os_))
+        self._keep = []
+        with _Call(self.group.ctx) as st:
+            pdy = self._f32(st, dy, func, "dy")
+            pdx, pdw, pdo = (self._f32(st, a, func, n, out=True) for a, n in ((dx, "dx"), (dw, "dw_qkv"), (do, "dw_o")))
+            C.check(func, C.lib.attn_layer_bwd(self._h, pdy, pdx, pdw, pdo))
+        return dx, dw, do
+
+    def dsinks(self):
+        """d(sinks) of this rank's query heads [hq] from the last backward (needs sinks)."""
+        func = "attn_layer_get_dsinks"
+        out = A.new_like(self._shapes[3], (self.heads["hq"],), float32=True)
+        self._keep = []
+        with _Call(self.group.ctx) as st:
+            C.check(func, C.lib.attn_layer_get_dsinks(self._h, self._f32(st, out, func, "dsinks", out=True)))
+        return out
 
 
 def _layout(func, layout):

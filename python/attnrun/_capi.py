@@ -1,6 +1,6 @@
 """_capi.py — libattnrun's C interface (include/attnrun.h) in ctypes: loading the library,
 the structs the binding passes (attn_tensor, attn_spec, attn_block_mask, attn_ctx_config,
-attn_group_config, attn_cp_shard, attn_stats), the prototypes, and statuses as exceptions.
+attn_group_config, attn_layer_config, attn_cp_shard, attn_stats), the prototypes, and statuses as exceptions.
 
 The struct layouts mirror attnrun.h field for field (the C side checks each struct's size
 and version, so a mismatch fails with a message instead of misreading memory)."""
@@ -60,6 +60,15 @@ class GroupConfig(ctypes.Structure):
 
 class GroupInfo(ctypes.Structure):
     _fields_ = [(n, c_i32) for n in ("rank", "size", "tp_rank", "tp_size", "cp_rank", "cp_size")]
+
+
+class LayerConfig(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("version", c_u32), ("d_model", c_i64), ("spec", Spec),
+                ("rope_theta", c_f32), ("layout", c_i32)]
+
+
+class LayerHeads(ctypes.Structure):
+    _fields_ = [(n, c_i32) for n in ("hq0", "hq", "hk0", "hk")]
 
 
 class CpShard(ctypes.Structure):
@@ -131,6 +140,12 @@ _PROTOS = {
     "attn_ring_fwd": (ctypes.c_int, [c_p, PS, ctypes.c_int, c_i64, c_i64, PT, PT, PT, PT, PF]),
     "attn_ring_bwd": (ctypes.c_int, [c_p, PS, ctypes.c_int, c_i64, c_i64, PT, PT, PT, PT, PF,
                                      PT, PT, PT, PT, PF]),
+    "attn_layer_create": (ctypes.c_int, [ctypes.POINTER(c_p), c_p, ctypes.POINTER(LayerConfig)]),
+    "attn_layer_destroy": (ctypes.c_int, [c_p]),
+    "attn_layer_get_heads": (ctypes.c_int, [c_p, ctypes.POINTER(LayerHeads)]),
+    "attn_layer_fwd": (ctypes.c_int, [c_p, c_i64, c_i64, PF, PF, PF, PF]),
+    "attn_layer_bwd": (ctypes.c_int, [c_p, PF, PF, PF, PF]),
+    "attn_layer_get_dsinks": (ctypes.c_int, [c_p, PF]),
     "attn_flops_fwd": (ctypes.c_double, [PS, c_i64, c_i64, c_i64]),
 }
 for _name, (_res, _args) in _PROTOS.items():
