@@ -164,6 +164,18 @@ def torch_cases(rng):
                         ("dv", dv, grads[2]), ("dsinks", ds, grads[3])):
             if w is not None:
                 expect(n, g.float().cpu().numpy(), w, tol[n])
+        # the same through torch.autograd (attnrun.autograd.attention)
+        from attnrun.autograd import attention
+        leaves = [x.clone().requires_grad_() for x in dev[:3]]
+        sk = spec.get("sinks")
+        sk = torch.tensor(sk, device="cuda", requires_grad=True) if sk is not None else None
+        oa = attention(*leaves, ctx=CTX, sinks=sk, **{a: b for a, b in spec.items() if a != "sinks"})
+        oa.backward(dev[3])
+        for n, g, w in (("autograd o", oa, ro), ("autograd dq", leaves[0].grad, grads[0]),
+                        ("autograd dk", leaves[1].grad, grads[1]), ("autograd dv", leaves[2].grad, grads[2]),
+                        ("autograd dsinks", sk.grad if sk is not None else None, grads[3])):
+            if w is not None:
+                expect(n, g.detach().float().cpu().numpy(), w, tol[n.split()[1]])
 
 
 def main():
