@@ -22,7 +22,8 @@ from . import _capi as C
 from . import arrays as A
 from ._capi import AttnError
 
-__all__ = ["AttnError", "Context", "Group", "Layer", "cp_shard_rows", "flops_fwd", "version"]
+__all__ = ["AttnError", "Context", "Group", "Layer", "State", "cp_shard_rows", "flops_fwd",
+           "version"]
 
 
 def version():
@@ -175,12 +176,109 @@ class Context:
                                          *outs, _fptr(pds)))
         return dq, dk, dv, dsinks
 
+    # ---- the block API: what ring mode is built on (split-KV, schedules of one's own) ----
+    def state(self, q, k, v, rows=None):
+        """A new float32 online-softmax state for q's heads and rows (or `rows` rows) in
+        arrays of q's kind, initialised (m = -inf, l = 0, acc = 0); k and v give the spec's
+        remaining dims, kept with the state for finalize."""
+        st = State(q, rows, _dims(q, k, v))
+        with _Call(self) as call:
+            C.check("attn_state_init", C.lib.attn_state_init(self._h, st._c(call, "attn_state_init")))
+        return st
+
+    def forward_block(self, state, q, k, v, q_row0=0, q_pos0=0, k_pos0=0, seq_q=0, seq_kv=0,
+                      **spec):
+        """Folds this K/V block into the state of q's rows (state rows q_row0 ...); the
+        positions are global (causal, window, ALiBi, masks); seq_q / seq_kv: the global
+        lengths (0: q's / k's)."""
+        func = "attn_fwd_block"
+        pos = C.BlockPos(q_row0, q_pos0, k_pos0, seq_q, seq_kv)
+        with _Call(self) as st:
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
+            cs = state._c(st, func)
+            ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+            C.check(func, C.lib.attn_fwd_block(self._h, ctypes.byref(sp.spec), cs, *ins, ctypes.byref(pos)))
+
+    def merge(self, dst, src):
+        """dst := merge(dst, src): states of the same rows over disjoint key sets."""
+        func = "attn_state_merge"
+        with _Call(self) as st:
+            C.check(func, C.lib.attn_state_merge(self._h, dst._c(st, func), src._c(st, func, "src", False)))
+
+    def finalize(self, state, out_like=None, **spec):
+        """(o [B, rows, Hq, Dv] in out_like's dtype (default float32), lse [B, Hq, rows])
+        from the state; sinks (a spec keyword) enter here, once."""
+        func = "attn_state_finalize"
+        B, H, rows, Dv = state.acc.shape
+        o = A.new_like(out_like if out_like is not None else state.acc, (B, rows, H, Dv))
+        lse = A.new_like(state.acc, (B, H, rows), float32=True)
+        with _Call(self) as st:
+            sp = _Spec(func, st, state.dims, **spec)
+            cs = state._c(st, func, "state", False)
+            to, plse = st.tensor(o, func, "o", out=True), st.ptr(lse, func, "lse", out=True)
+            C.check(func, C.lib.attn_state_finalize(self._h, ctypes.byref(sp.spec), cs, to, _fptr(plse)))
+        return o, lse
+
+    def backward_prepare(self, q, k, v, o, dout, lse, **spec):
+        """(delta [B, Hq, Sq] = rowsum(dO * O), dsinks [Hq] or None) before the blocks."""
+        func = "attn_bwd_prepare"
+        B, Sq, Hq = _dim(o, 0), _dim(o, 1), _dim(o, 2)
+        delta = A.new_like(o, (B, Hq, Sq), float32=True)
+        dsinks = A.new_like(o, (Hq,), float32=True) if spec.get("sinks") is not None else None
+        if dsinks is not None:
+            dsinks[:] = 0  # the call adds into it
+        with _Call(self) as st:
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
+            to, tdo = st.tensor(o, func, "o"), st.tensor(dout, func, "dout")
+            lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
+            plse = st.ptr(lse32, func, "lse")
+            pd, pds = st.ptr(delta, func, "delta", out=True), st.ptr(dsinks, func, "dsinks", inout=True)
+            C.check(func, C.lib.attn_bwd_prepare(self._h, ctypes.byref(sp.spec), to, tdo, _fptr(plse),
+                                                 _fptr(pd), _fptr(pds)))
+        return delta, dsinks
+
+    def backward_block(self, q, k, v, dout, lse, delta, dq, dk, dv, q_row0=0, q_pos0=0,
+                       k_pos0=0, seq_q=0, seq_kv=0, **spec):
+        """Adds (+=) this K/V block's gradient into the float32 dq, dk, dv (in place); lse
+        and delta [B, Hq, lse_rows] are indexed by state rows (q_row0 + local row)."""
+        func = "attn_bwd_block"
+        pos = C.BlockPos(q_row0, q_pos0, k_pos0, seq_q, seq_kv)
+        with _Call(self) as st:
+            sp = _Spec(func, st, _dims(q, k, v), **spec)
+            ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
+            vecs = [A.vector(x, "float32", func, n) if A.is_numpy(x) else x for x, n in ((lse, "lse"), (delta, "delta"))]
+            plse, pdelta = (st.ptr(x, func, n) for x, n in zip(vecs, ("lse", "delta")))
+            outs = [st.tensor(x, func, n, inout=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
+            C.check(func, C.lib.attn_bwd_block(self._h, ctypes.byref(sp.spec), *ins[:3], ins[3], _fptr(plse),
+                                               _fptr(pdelta), int(lse.shape[-1]), *outs, ctypes.byref(pos)))
+
     def last_stats(self):
         """What the last call computed: dict of flops_computed, tiles_computed, tiles_skipped."""
         s = C.Stats()
         C.check("attn_ctx_last_stats", C.lib.attn_ctx_last_stats(self._h, ctypes.byref(s)))
         return {"flops_computed": s.flops_computed, "tiles_computed": s.tiles_computed,
                 "tiles_skipped": s.tiles_skipped}
+
+
+class State:
+    """A float32 online-softmax state (Context.state): m, l [B, Hq, rows] (natural-log
+    units of the final scores), acc [B, Hq, rows, Dv] (unnormalised output), as arrays of
+    the kind Context.state was given; dims = (Hq, Hkv, Dqk, Dv) of its spec."""
+
+    def __init__(self, like, rows, dims):
+        B, Sq, Hq, Dv = _dim(like, 0), _dim(like, 1), dims[0], dims[3]
+        rows = Sq if rows is None else int(rows)
+        self.m = A.new_like(like, (B, Hq, rows), float32=True)
+        self.l = A.new_like(like, (B, Hq, rows), float32=True)
+        self.acc = A.new_like(like, (B, Hq, rows, Dv), float32=True)
+        self.dims = dims
+
+    def _c(self, stage, func, name="state", writes=True):
+        """The attn_state for one call (staged, and copied back when the call writes it)."""
+        B, H, rows, Dv = self.acc.shape
+        ptrs = [stage.ptr(x, func, f"{name}.{n}", inout=writes) for x, n in
+                ((self.m, "m"), (self.l, "l"), (self.acc, "acc"))]
+        return ctypes.byref(C.State(*ptrs, B, H, rows, Dv))
 
 
 class Group:

@@ -1,6 +1,7 @@
 """_capi.py — libattnrun's C interface (include/attnrun.h) in ctypes: loading the library,
 the structs the binding passes (attn_tensor, attn_spec, attn_block_mask, attn_ctx_config,
-attn_group_config, attn_layer_config, attn_cp_shard, attn_stats), the prototypes, and statuses as exceptions.
+attn_group_config, attn_layer_config, attn_state, attn_block_pos, attn_cp_shard,
+attn_stats), the prototypes, and statuses as exceptions.
 
 The struct layouts mirror attnrun.h field for field (the C side checks each struct's size
 and version, so a mismatch fails with a message instead of misreading memory)."""
@@ -60,6 +61,15 @@ class GroupConfig(ctypes.Structure):
 
 class GroupInfo(ctypes.Structure):
     _fields_ = [(n, c_i32) for n in ("rank", "size", "tp_rank", "tp_size", "cp_rank", "cp_size")]
+
+
+class State(ctypes.Structure):
+    _fields_ = [("m", c_p), ("l", c_p), ("acc", c_p), ("batch", c_i64), ("heads", c_i64),
+                ("rows", c_i64), ("head_dim_v", c_i64)]
+
+
+class BlockPos(ctypes.Structure):
+    _fields_ = [(n, c_i64) for n in ("q_row0", "q_pos0", "k_pos0", "seq_q", "seq_kv")]
 
 
 class LayerConfig(ctypes.Structure):
@@ -131,6 +141,14 @@ _PROTOS = {
     "attn_ctx_last_stats": (ctypes.c_int, [c_p, ctypes.POINTER(Stats)]),
     "attn_fwd": (ctypes.c_int, [c_p, PS, PT, PT, PT, PT, PF]),
     "attn_bwd": (ctypes.c_int, [c_p, PS, PT, PT, PT, PT, PF, PT, PT, PT, PT, PF]),
+    "attn_state_init": (ctypes.c_int, [c_p, ctypes.POINTER(State)]),
+    "attn_fwd_block": (ctypes.c_int, [c_p, PS, ctypes.POINTER(State), PT, PT, PT,
+                                      ctypes.POINTER(BlockPos)]),
+    "attn_state_merge": (ctypes.c_int, [c_p, ctypes.POINTER(State), ctypes.POINTER(State)]),
+    "attn_state_finalize": (ctypes.c_int, [c_p, PS, ctypes.POINTER(State), PT, PF]),
+    "attn_bwd_prepare": (ctypes.c_int, [c_p, PS, PT, PT, PF, PF, PF]),
+    "attn_bwd_block": (ctypes.c_int, [c_p, PS, PT, PT, PT, PT, PF, PF, c_i64, PT, PT, PT,
+                                      ctypes.POINTER(BlockPos)]),
     "attn_group_create": (ctypes.c_int, [ctypes.POINTER(c_p), c_p, c_p,
                                          ctypes.POINTER(GroupConfig)]),
     "attn_group_destroy": (ctypes.c_int, [c_p]),

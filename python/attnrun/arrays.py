@@ -99,7 +99,8 @@ class Staging:
     def __init__(self, ctx_handle, ctx_device):
         self.ctx, self.device, self.bufs, self.back = ctx_handle, ctx_device, [], []
 
-    def ptr(self, x, func, name, out=False):
+    def ptr(self, x, func, name, out=False, inout=False):
+        """out: the call writes x (copied back by finish); inout: it also reads it."""
         if x is None:
             return None
         ptr, dev, nbytes = raw(x, func, name)
@@ -112,15 +113,15 @@ class Staging:
         p = ctypes.c_void_p()
         C.check("attn_ctx_alloc", C.lib.attn_ctx_alloc(self.ctx, nbytes, ctypes.byref(p)))
         self.bufs.append(p)
-        if out:
+        if out or inout:
             self.back.append((ptr, p, nbytes))
-        else:
+        if not out:
             C.check("attn_ctx_copy", C.lib.attn_ctx_copy(self.ctx, p, ptr, nbytes, C.COPY_HOST_TO_CTX))
         return p.value
 
-    def tensor(self, x, func, name, out=False):
+    def tensor(self, x, func, name, out=False, inout=False):
         t = tensor4(x, func, name)
-        t.data, t.device = self.ptr(x, func, name, out), self.device
+        t.data, t.device = self.ptr(x, func, name, out, inout), self.device
         return t
 
     def finish(self, ok):

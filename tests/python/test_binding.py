@@ -1,7 +1,8 @@
 """test_binding.py — the Python binding (python/attnrun) on one rank against the float64
 NumPy reference (ref_numpy.py): forward and backward with every feature on and off, random
 inputs drawn fresh per case, strided (BHSD) views, empty rows, bad arguments (AttnError
-naming the argument, nothing written), the finite-difference check of the reference itself;
+naming the argument, nothing written), the block API (fold, merge, finalize; prepare and
+block gradients), the finite-difference check of the reference itself;
 on a CUDA context also bf16 / f16 torch CUDA tensors (when torch is installed).
 
     python3 tests/python/test_binding.py [cpu|cuda|auto]
@@ -111,6 +112,49 @@ def bad_arguments(rng):
         FAILS.append("bad arguments: an input changed")
 
 
+def block_api(rng):
+    """The state-carrying calls: K/V in three blocks folded into one state, or split over
+    two states and merged, then finalized (sinks once), equal the one-shot reference; the
+    backward prepared once and accumulated block by block equals the reference gradients."""
+    B, Sq, Skv, Hq, Hkv, D = 2, 33, 50, 4, 2, 32
+    spec = {"causal": True, "window": (30, 0), "softcap": 4.0,
+            "sinks": rng.standard_normal(Hq).astype(np.float32)}
+    q, do = (rng.standard_normal((B, Sq, Hq, D)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((B, Skv, Hkv, D)).astype(np.float32) for _ in range(2))
+    cuts = [0, 17, 31, Skv]
+    blocks = [(np.ascontiguousarray(k[:, a:b]), np.ascontiguousarray(v[:, a:b]), a)
+              for a, b in zip(cuts, cuts[1:])]
+    mask_spec = {n: x for n, x in spec.items() if n != "sinks"}
+    ro, rlse = ref.forward(q, k, v, **spec)
+    print("block API: 3 key blocks, then 2 + 1 merged")
+    whole = CTX.state(q, k, v)
+    for kb, vb, k0 in blocks:
+        CTX.forward_block(whole, q, kb, vb, k_pos0=k0, seq_kv=Skv, **mask_spec)
+    first, last = CTX.state(q, k, v), CTX.state(q, k, v)
+    for kb, vb, k0 in blocks[:2]:
+        CTX.forward_block(first, q, kb, vb, k_pos0=k0, seq_kv=Skv, **mask_spec)
+    CTX.forward_block(last, q, *blocks[2][:2], k_pos0=blocks[2][2], seq_kv=Skv, **mask_spec)
+    CTX.merge(first, last)
+    for name, st in (("folded", whole), ("merged", first)):
+        o, lse = CTX.finalize(st, out_like=q, **spec)
+        expect(f"{name} o", o, ro, TOL["o"])
+        expect(f"{name} lse", lse, rlse, TOL["lse"])
+    rdq, rdk, rdv, rds = ref.backward(q, k, v, do, **spec)
+    o, lse = CTX.forward(q, k, v, **spec)
+    delta, dsinks = CTX.backward_prepare(q, k, v, o, do, lse, **spec)
+    dq = np.zeros(q.shape, np.float32)
+    dks, dvs = [], []
+    for kb, vb, k0 in blocks:
+        dk, dv = np.zeros(kb.shape, np.float32), np.zeros(vb.shape, np.float32)
+        CTX.backward_block(q, kb, vb, do, lse, delta, dq, dk, dv, k_pos0=k0, seq_kv=Skv, **mask_spec)
+        dks.append(dk)
+        dvs.append(dv)
+    expect("blocks dq", dq, rdq, TOL["dq"])
+    expect("blocks dk", np.concatenate(dks, 1), rdk, TOL["dk"])
+    expect("blocks dv", np.concatenate(dvs, 1), rdv, TOL["dv"])
+    expect("prepare dsinks", dsinks, rds, TOL["dsinks"])
+
+
 def staging_mechanics(rng):
     """The host-array staging a CUDA context uses, driven through the cpu context's memory
     (attn_ctx_alloc / attn_ctx_copy are the same calls): inputs copied in, outputs copied
@@ -215,6 +259,7 @@ def main():
         FAILS.append("empty rows: O, LSE or dQ not 0 / -inf")
     varlen_case(rng, [7, 0, 19, 5], [11, 4, 19, 9], causal=True)
     varlen_case(rng, [16, 9], [16, 30], window=(4, 4), sinks=True)
+    block_api(rng)
     bad_arguments(rng)
     staging_mechanics(rng)
     torch_cases(rng)
