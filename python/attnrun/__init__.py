@@ -105,27 +105,51 @@ class _Call:
         return False
 
 
-class Context:
-    """A compute context: backend "auto" (CUDA when a device is present), "cpu" or "cuda";
-    device: CUDA ordinal; threads: CPU threads (0: OpenMP's default); stream: a CUDA
-    stream handle (int, e.g. torch.cuda.current_stream().cuda_stream) or None."""
+def _lse_ptr(st, lse, func, name="lse"):
+    """A float32 [B, Hq, rows] argument's pointer (NumPy arrays converted when needed)."""
+    lse32 = A.vector(lse, "float32", func, name) if A.is_numpy(lse) else lse
+    st.keep.append(lse32)
+    return _fptr(st.ptr(lse32, func, name))
 
-    def __init__(self, backend="auto", device=0, threads=0, stream=None):
-        if backend not in C.BACKENDS:
-            raise C.invalid("attn_ctx_create", f"backend: {backend!r} is not one of "
-                                               f"{', '.join(C.BACKENDS)}")
-        cfg = C.CtxConfig(ctypes.sizeof(C.CtxConfig), 1, C.BACKENDS[backend], int(device),
-                          int(threads), 0, stream)
-        h = ctypes.c_void_p()
-        C.check("attn_ctx_create", C.lib.attn_ctx_create(ctypes.byref(h), ctypes.byref(cfg)))
-        self._h = h
-        self.device = C.lib.attn_ctx_device(h)
-        self.backend = C.lib.attn_ctx_backend_name(h).decode()
+
+def _fwd_call(ctx, func, q, k, v, spec, call):
+    """(o, lse) of call(spec, q, k, v, o, lse): a one-shot or ring forward, staged."""
+    B, Sq, Hq, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
+    o, lse = A.new_like(q, (B, Sq, Hq, Dv)), A.new_like(q, (B, Hq, Sq), float32=True)
+    with _Call(ctx) as st:
+        sp = _Spec(func, st, _dims(q, k, v), **spec)
+        ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        to, plse = st.tensor(o, func, "o", out=True), st.ptr(lse, func, "lse", out=True)
+        C.check(func, call(ctypes.byref(sp.spec), *ins, to, _fptr(plse)))
+    return o, lse
+
+
+def _bwd_call(ctx, func, q, k, v, o, lse, dout, spec, call):
+    """(dq, dk, dv, dsinks) of call(spec, q, k, v, o, lse, dout, dq, dk, dv, dsinks)."""
+    dq, dk, dv = (A.new_like(x, tuple(x.shape), float32=True) for x in (q, k, v))
+    dsinks = A.new_like(q, (_dim(q, 2),), float32=True) if spec.get("sinks") is not None else None
+    with _Call(ctx) as st:
+        sp = _Spec(func, st, _dims(q, k, v), **spec)
+        ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
+        plse, tdo = _lse_ptr(st, lse, func), st.tensor(dout, func, "dout")
+        outs = [st.tensor(x, func, n, out=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
+        pds = st.ptr(dsinks, func, "dsinks", out=True)
+        C.check(func, call(ctypes.byref(sp.spec), *ins, plse, tdo, *outs, _fptr(pds)))
+    return dq, dk, dv, dsinks
+
+
+class _Handle:
+    """A library object: close() (also on garbage collection) destroys it, once."""
+    _h, _destroy = None, None  # the handle; the name of its attn_*_destroy
 
     def close(self):
-        if getattr(self, "_h", None):
-            C.lib.attn_ctx_destroy(self._h)
+        if self._h:
+            getattr(C.lib, self._destroy)(self._h)
             self._h = None
+            self._closed()
+
+    def _closed(self):
+        pass
 
     def __del__(self):
         try:
@@ -140,41 +164,38 @@ class Context:
         self.close()
         return False
 
+
+class Context(_Handle):
+    """A compute context: backend "auto" (CUDA when a device is present), "cpu" or "cuda";
+    device: CUDA ordinal; threads: CPU threads (0: OpenMP's default); stream: a CUDA
+    stream handle (int, e.g. torch.cuda.current_stream().cuda_stream) or None."""
+    _destroy = "attn_ctx_destroy"
+
+    def __init__(self, backend="auto", device=0, threads=0, stream=None):
+        if backend not in C.BACKENDS:
+            raise C.invalid("attn_ctx_create", f"backend: {backend!r} is not one of "
+                                               f"{', '.join(C.BACKENDS)}")
+        cfg = C.CtxConfig(ctypes.sizeof(C.CtxConfig), 1, C.BACKENDS[backend], int(device),
+                          int(threads), 0, stream)
+        h = ctypes.c_void_p()
+        C.check("attn_ctx_create", C.lib.attn_ctx_create(ctypes.byref(h), ctypes.byref(cfg)))
+        self._h = h
+        self.device = C.lib.attn_ctx_device(h)
+        self.backend = C.lib.attn_ctx_backend_name(h).decode()
+
     def forward(self, q, k, v, **spec):
         """(o [B, Sq, Hq, Dv] in q's dtype, lse [B, Hq, Sq] float32). Keywords: causal,
         window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(Dqk)), sinks [Hq],
         alibi_slopes [Hq], cu_seqlens_q / cu_seqlens_kv (varlen, B = 1), block_mask =
         (mask [num_q_blocks, num_k_blocks] uint8, block_q, block_k)."""
-        B, Sq, Hq, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
-        o, lse = A.new_like(q, (B, Sq, Hq, Dv)), A.new_like(q, (B, Hq, Sq), float32=True)
-        with _Call(self) as st:
-            sp = _Spec("attn_fwd", st, _dims(q, k, v), **spec)
-            tq, tk, tv = (st.tensor(x, "attn_fwd", n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-            to = st.tensor(o, "attn_fwd", "o", out=True)
-            plse = st.ptr(lse, "attn_fwd", "lse", out=True)
-            C.check("attn_fwd", C.lib.attn_fwd(self._h, ctypes.byref(sp.spec), tq, tk, tv, to,
-                                               _fptr(plse)))
-        return o, lse
+        return _fwd_call(self, "attn_fwd", q, k, v, spec,
+                         lambda sp, *args: C.lib.attn_fwd(self._h, sp, *args))
 
     def backward(self, q, k, v, o, lse, dout, **spec):
         """(dq, dk, dv float32 in the layouts of q, k, v; dsinks [Hq] float32 or None) from
         forward's o and lse and the output gradient dout; the same keywords as forward."""
-        func = "attn_bwd"
-        dq = A.new_like(q, tuple(q.shape), float32=True)
-        dk = A.new_like(k, tuple(k.shape), float32=True)
-        dv = A.new_like(v, tuple(v.shape), float32=True)
-        dsinks = A.new_like(q, (_dim(q, 2),), float32=True) if spec.get("sinks") is not None else None
-        with _Call(self) as st:
-            sp = _Spec(func, st, _dims(q, k, v), **spec)
-            ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
-            lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
-            plse = st.ptr(lse32, func, "lse")
-            tdo = st.tensor(dout, func, "dout")
-            outs = [st.tensor(x, func, n, out=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
-            pds = st.ptr(dsinks, func, "dsinks", out=True)
-            C.check(func, C.lib.attn_bwd(self._h, ctypes.byref(sp.spec), *ins, _fptr(plse), tdo,
-                                         *outs, _fptr(pds)))
-        return dq, dk, dv, dsinks
+        return _bwd_call(self, "attn_bwd", q, k, v, o, lse, dout, spec,
+                         lambda sp, *args: C.lib.attn_bwd(self._h, sp, *args))
 
     # ---- the block API: what ring mode is built on (split-KV, schedules of one's own) ----
     def state(self, q, k, v, rows=None):
@@ -230,10 +251,9 @@ class Context:
         with _Call(self) as st:
             sp = _Spec(func, st, _dims(q, k, v), **spec)
             to, tdo = st.tensor(o, func, "o"), st.tensor(dout, func, "dout")
-            lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
-            plse = st.ptr(lse32, func, "lse")
+            plse = _lse_ptr(st, lse, func)
             pd, pds = st.ptr(delta, func, "delta", out=True), st.ptr(dsinks, func, "dsinks", inout=True)
-            C.check(func, C.lib.attn_bwd_prepare(self._h, ctypes.byref(sp.spec), to, tdo, _fptr(plse),
+            C.check(func, C.lib.attn_bwd_prepare(self._h, ctypes.byref(sp.spec), to, tdo, plse,
                                                  _fptr(pd), _fptr(pds)))
         return delta, dsinks
 
@@ -246,11 +266,10 @@ class Context:
         with _Call(self) as st:
             sp = _Spec(func, st, _dims(q, k, v), **spec)
             ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
-            vecs = [A.vector(x, "float32", func, n) if A.is_numpy(x) else x for x, n in ((lse, "lse"), (delta, "delta"))]
-            plse, pdelta = (st.ptr(x, func, n) for x, n in zip(vecs, ("lse", "delta")))
+            plse, pdelta = _lse_ptr(st, lse, func), _lse_ptr(st, delta, func, "delta")
             outs = [st.tensor(x, func, n, inout=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
-            C.check(func, C.lib.attn_bwd_block(self._h, ctypes.byref(sp.spec), *ins[:3], ins[3], _fptr(plse),
-                                               _fptr(pdelta), int(lse.shape[-1]), *outs, ctypes.byref(pos)))
+            C.check(func, C.lib.attn_bwd_block(self._h, ctypes.byref(sp.spec), *ins, plse, pdelta,
+                                               int(lse.shape[-1]), *outs, ctypes.byref(pos)))
 
     def last_stats(self):
         """What the last call computed: dict of flops_computed, tiles_computed, tiles_skipped."""
@@ -281,10 +300,11 @@ class State:
         return ctypes.byref(C.State(*ptrs, B, H, rows, Dv))
 
 
-class Group:
+class Group(_Handle):
     """Ranks of an MPI communicator (an mpi4py communicator; MPI must be initialised, as
     importing mpi4py does) split into tp x cp: tp consecutive ranks share heads, cp ranks
     form the ring. Collective: every rank of comm constructs it."""
+    _destroy = "attn_group_destroy"
 
     def __init__(self, ctx, comm, tp=1, cp=None, timeout_s=0.0):
         from mpi4py import MPI  # the communicator's handle, for libattnrun's MPI_Comm
@@ -300,54 +320,21 @@ class Group:
         C.check("attn_group_get_info", C.lib.attn_group_get_info(h, ctypes.byref(info)))
         self.info = {n: getattr(info, n) for n, _ in C.GroupInfo._fields_}
 
-    def close(self):
-        if getattr(self, "_h", None):
-            C.lib.attn_group_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the module may be gone already
-            pass
-
     def ring_forward(self, q, k, v, seq_q, seq_kv=None, layout="zigzag", **spec):
         """Ring attention over this rank's CP group: q, k, v are this rank's rows
         (cp_shard_rows of the global lengths); returns (o, lse) of those rows."""
-        func, ctx = "attn_ring_fwd", self.ctx
-        B, Sq, Hq, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
-        o, lse = A.new_like(q, (B, Sq, Hq, Dv)), A.new_like(q, (B, Hq, Sq), float32=True)
-        with _Call(ctx) as st:
-            sp = _Spec(func, st, _dims(q, k, v), **spec)
-            ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-            to, plse = st.tensor(o, func, "o", out=True), st.ptr(lse, func, "lse", out=True)
-            C.check(func, C.lib.attn_ring_fwd(self._h, ctypes.byref(sp.spec), _layout(func, layout),
-                                              int(seq_q), int(seq_q if seq_kv is None else seq_kv),
-                                              *ins, to, _fptr(plse)))
-        return o, lse
+        lay, skv = _layout("attn_ring_fwd", layout), int(seq_q if seq_kv is None else seq_kv)
+        return _fwd_call(self.ctx, "attn_ring_fwd", q, k, v, spec, lambda sp, *args:
+                         C.lib.attn_ring_fwd(self._h, sp, lay, int(seq_q), skv, *args))
 
     def ring_backward(self, q, k, v, o, lse, dout, seq_q, seq_kv=None, layout="zigzag", **spec):
         """(dq, dk, dv of this rank's rows, float32; dsinks [Hq] summed over the ring, or None)."""
-        func, ctx = "attn_ring_bwd", self.ctx
-        dq = A.new_like(q, tuple(q.shape), float32=True)
-        dk = A.new_like(k, tuple(k.shape), float32=True)
-        dv = A.new_like(v, tuple(v.shape), float32=True)
-        dsinks = A.new_like(q, (_dim(q, 2),), float32=True) if spec.get("sinks") is not None else None
-        with _Call(ctx) as st:
-            sp = _Spec(func, st, _dims(q, k, v), **spec)
-            ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
-            lse32 = A.vector(lse, "float32", func, "lse") if A.is_numpy(lse) else lse
-            plse = st.ptr(lse32, func, "lse")
-            tdo = st.tensor(dout, func, "dout")
-            outs = [st.tensor(x, func, n, out=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
-            pds = st.ptr(dsinks, func, "dsinks", out=True)
-            C.check(func, C.lib.attn_ring_bwd(self._h, ctypes.byref(sp.spec), _layout(func, layout),
-                                              int(seq_q), int(seq_q if seq_kv is None else seq_kv),
-                                              *ins, _fptr(plse), tdo, *outs, _fptr(pds)))
-        return dq, dk, dv, dsinks
+        lay, skv = _layout("attn_ring_bwd", layout), int(seq_q if seq_kv is None else seq_kv)
+        return _bwd_call(self.ctx, "attn_ring_bwd", q, k, v, o, lse, dout, spec, lambda sp, *args:
+                         C.lib.attn_ring_bwd(self._h, sp, lay, int(seq_q), skv, *args))
 
 
-class Layer:
+class Layer(_Handle):
     """The tensor-parallel attention layer y = Attn(x W_q, x W_k, x W_v) W_o over a Group:
     heads sharded over its TP ranks (each rank passes its own weight shards, see heads),
     the attention a ring over its CP ranks when cp > 1 (x's rows as cp_shard_rows), RoPE
@@ -356,11 +343,12 @@ class Layer:
     layer until close. All arrays float32: x, y [B, S_loc, d_model], w_qkv [d_model,
     hq*Dqk + hk*Dqk + hk*Dv] = this rank's [W_q | W_k | W_v] columns (head-major), w_o
     [hq*Dv, d_model] its rows of W_o."""
+    _destroy = "attn_layer_destroy"
 
     def __init__(self, group, d_model, num_heads_q, num_heads_kv, head_dim, head_dim_v=0,
                  rope_theta=0.0, layout="zigzag", **spec):
         func = "attn_layer_create"
-        self.group, self._h = group, None
+        self.group = group
         self._stage = A.Staging(group.ctx._h, group.ctx.device)
         cfg = C.LayerConfig()
         cfg.size, cfg.version = ctypes.sizeof(C.LayerConfig), 1
@@ -382,17 +370,8 @@ class Layer:
         self.heads = {n: getattr(hd, n) for n, _ in C.LayerHeads._fields_}
         self._shapes = None
 
-    def close(self):
-        if getattr(self, "_h", None):
-            C.lib.attn_layer_destroy(self._h)
-            self._h = None
-            self._stage.finish(False)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _closed(self):
+        self._stage.finish(False)  # the spec arrays staged for the layer's life
 
     def _f32(self, st, x, func, name, out=False):
         """A contiguous float32 array's pointer in context memory (NumPy inputs converted

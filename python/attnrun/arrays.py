@@ -98,6 +98,7 @@ class Staging:
 
     def __init__(self, ctx_handle, ctx_device):
         self.ctx, self.device, self.bufs, self.back = ctx_handle, ctx_device, [], []
+        self.keep = []  # converted arrays whose pointers the call uses
 
     def ptr(self, x, func, name, out=False, inout=False):
         """out: the call writes x (copied back by finish); inout: it also reads it."""
@@ -133,4 +134,4 @@ class Staging:
         finally:
             for p in self.bufs:
                 C.lib.attn_ctx_free(self.ctx, p)
-            self.bufs, self.back = [], []
+            self.bufs, self.back, self.keep = [], [], []

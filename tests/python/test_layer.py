@@ -9,21 +9,11 @@ Exit 0: passed on every rank; 1: failed; 77: skipped (no NumPy / mpi4py, or no d
 import os
 import sys
 
-try:
-    import numpy as np
-    from mpi4py import MPI
-except ImportError as e:
-    print(f"test_layer: {e}, skipped")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import attnrun  # noqa: E402
+from mpi_case import COMM, RANK, SIZE, attnrun, np, start, verdict  # noqa: E402  (exits 77 first)
 import ref_numpy as ref  # noqa: E402
 from test_binding import rel_err  # noqa: E402
 
-COMM = MPI.COMM_WORLD
-RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 TOL = 1e-4
 
 
@@ -91,24 +81,13 @@ def run(ctx, rng, tp, cp, layout="zigzag", B=2, S=48, d_model=40, Hq=4, Hkv=2, D
 
 
 def main():
-    backend = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    try:
-        ctx = attnrun.Context(backend)
-    except attnrun.AttnError as e:
-        print(f"test_layer: no {backend} context ({e}), skipped")
-        return 77
-    seed = COMM.bcast(int.from_bytes(os.urandom(4), "little") if RANK == 0 else None)
-    rng = np.random.default_rng(seed)
+    ctx, rng = start("test_layer")
     splits = [(SIZE, 1), (1, SIZE)] + ([(2, SIZE // 2)] if SIZE % 2 == 0 and SIZE > 2 else [])
     bad = []
     for tp, cp in splits:
         bad += run(ctx, rng, tp, cp, causal=True, sinks=True)
         bad += run(ctx, rng, tp, cp, layout="contiguous", window=(9, 0), causal=True)
-    ctx.close()
-    fails = COMM.allreduce(len(bad))
-    if RANK == 0:
-        print(f"test_layer: {SIZE} ranks, {'all passed' if not fails else f'{fails} failed'}")
-    return 1 if fails else 0
+    return verdict("test_layer", ctx, bad)
 
 
 if __name__ == "__main__":

@@ -7,21 +7,11 @@ Exit 0: passed on every rank; 1: failed; 77: skipped (no NumPy / mpi4py, or no d
 import os
 import sys
 
-try:
-    import numpy as np
-    from mpi4py import MPI
-except ImportError as e:
-    print(f"test_ring: {e}, skipped")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import attnrun  # noqa: E402
+from mpi_case import COMM, RANK, SIZE, attnrun, np, start, verdict  # noqa: E402  (exits 77 first)
 import ref_numpy as ref  # noqa: E402
 from test_binding import rel_err  # noqa: E402
 
-COMM = MPI.COMM_WORLD
-RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 TOL = {"o": 2e-5, "lse": 2e-5, "dq": 1e-4, "dk": 1e-4, "dv": 1e-4, "dsinks": 1e-4}
 
 
@@ -53,15 +43,8 @@ def case(grp, rng, layout, B=1, Sq=61, Skv=61, Hq=4, Hkv=2, D=16, **spec):
 
 
 def main():
-    backend = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    try:
-        ctx = attnrun.Context(backend)
-    except attnrun.AttnError as e:
-        print(f"test_ring: no {backend} context ({e}), skipped")
-        return 77
+    ctx, rng = start("test_ring")  # the same global problem on every rank
     grp = attnrun.Group(ctx, COMM, tp=1, timeout_s=60)
-    seed = COMM.bcast(int.from_bytes(os.urandom(4), "little") if RANK == 0 else None)
-    rng = np.random.default_rng(seed)  # the same global problem on every rank
     bad = []
     for layout in ("zigzag", "contiguous"):
         bad += case(grp, rng, layout)
@@ -69,11 +52,7 @@ def main():
         bad += case(grp, rng, layout, Sq=40, Skv=72, causal=True, window=(11, 0))
         bad += case(grp, rng, layout, softcap=2.5, alibi_slopes=np.array([0.5, 0.25, 0.1, 0.05], np.float32))
     grp.close()
-    ctx.close()
-    fails = COMM.allreduce(len(bad))
-    if RANK == 0:
-        print(f"test_ring: {SIZE} ranks, {'all passed' if not fails else f'{fails} failed'}")
-    return 1 if fails else 0
+    return verdict("test_ring", ctx, bad)
 
 
 if __name__ == "__main__":
