@@ -1,8 +1,9 @@
 """attnrun — the thin Python binding of libattnrun (include/attnrun.h, over ctypes): exact
-softmax attention, forward and backward, on one rank (Context.forward / .backward) or over
-MPI ranks (Group.ring_forward / .ring_backward: context parallel, K/V passed around the
-ring; Layer: the tensor-parallel attention layer with its projections), with every mask and feature of the C API (DESIGN.md §2): causal (bottom-right),
-sliding window, sinks, ALiBi, softcap, GQA/MQA, varlen, block-sparse masks, Dqk != Dv.
+softmax attention, forward and backward, on one rank (Context.forward / .backward, and the
+block API) or over MPI ranks (Group.ring_forward / .ring_backward: context parallel, K/V
+passed around the ring; Layer: the tensor-parallel attention layer with its projections),
+with every mask and feature of the C API (DESIGN.md §2): causal (bottom-right), sliding
+window, sinks, ALiBi, softcap, GQA/MQA, varlen, block-sparse masks, Dqk != Dv.
 
 Arrays are NumPy arrays (host, float32 on the cpu backend) or torch tensors (host or CUDA:
 float32, bfloat16, float16 on the cuda backend) in the logical layouts Q [B, Sq, Hq, Dqk],
