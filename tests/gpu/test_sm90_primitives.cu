@@ -83,8 +83,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   uint16_t *sA = sX + 2 * BOX_R * 64; /* [M][64] */
   uint16_t *sB = sA + M * 64;        /* [N][64] */
   uint16_t *sV = sB + N * 64;        /* [2 column blocks][K][64] */
-  uint16_t *sV2 = sV + 2 * K * 64;   /* [4 column blocks][K][64] */
-  uint64_t *bar = (uint64_t *)(sV2 + 4 * K * 64);
+  uint64_t *bar = (uint64_t *)(sV + 2 * K * 64);
   const int t = (int)threadIdx.x;
   if (t == 0) {
     fa_mbar_init(&bar[0], 1);
@@ -93,14 +92,13 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   }
   FA_SYNC();
   if (t == 0) {
-    fa_mbar_arrive_expect_tx(&bar[0], (2 * BOX_R + M + N + 2 * K + 4 * K) * 128);
+    fa_mbar_arrive_expect_tx(&bar[0], (2 * BOX_R + M + N + 2 * K) * 128);
     fa_tma_load_4d(sX, &maps.x, 0, -8, 0, 0, &bar[0]);
     fa_tma_load_4d(sX + BOX_R * 64, &maps.x, 0, XR - 40, 0, 0, &bar[0]);
     fa_tma_load_4d(sA, &maps.a, 0, 0, 0, 0, &bar[0]);
     fa_tma_load_4d(sB, &maps.bk, 0, 0, 0, 0, &bar[0]);
     fa_tma_load_4d(sV, &maps.v, 0, 0, 0, 0, &bar[0]);
     fa_tma_load_4d(sV + K * 64, &maps.v, 64, 0, 0, 0, &bar[0]);
-    for (int cb = 0; cb < 4; cb++) fa_tma_load_4d(sV2 + cb * K * 64, &maps.v2, 64 * cb, 0, 0, 0, &bar[0]);
   }
   fa_mbar_wait(&bar[0], 0);
   /* box row r (of both boxes): element c of X[first + r] at 128 r + 16 ((c / 8) ^ (r % 8))
@@ -212,8 +210,41 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d(out->d7, d, t);
+#else
+  (void)maps;
+  (void)p_bits;
+  if (threadIdx.x == 0) out->no_sm90 = 1; /* no sm_90a code in this pass */
+#endif
+}
 
-  /* D8 = 1 + P V2, m64n256k16: A from registers, B MN-major, column blocks K * 128 apart */
+/* D8 = 1 + P V2 by m64n256k16 (head dim 256's P V), a kernel of its own (its 128
+ * accumulators beside prim_kernel's would serialise that kernel's wgmma): V2 [K][N2] lands
+ * as four swizzled 64-column blocks, K * 128 bytes apart (LBO); A fragments of P from
+ * global memory as in prim_kernel. */
+FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p_bits, prim_out *out) {
+#if FA_SM90_DEVICE
+  FA_SMEM(raw);
+  unsigned char *sm = raw + ((1024 - (fa_smem_addr(raw) & 1023)) & 1023);
+  uint16_t *sV2 = (uint16_t *)sm; /* [4 column blocks][K][64] */
+  uint64_t *bar = (uint64_t *)(sV2 + 4 * K * 64);
+  const int t = (int)threadIdx.x;
+  if (t == 0) {
+    fa_mbar_init(bar, 1);
+    fa_mbar_init_fence();
+  }
+  FA_SYNC();
+  if (t == 0) {
+    fa_mbar_arrive_expect_tx(bar, 4 * K * 128);
+    for (int cb = 0; cb < 4; cb++) fa_tma_load_4d(sV2 + cb * K * 64, &maps.v2, 64 * cb, 0, 0, 0, bar);
+  }
+  fa_mbar_wait(bar, 0);
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  uint32_t pa[K / 16][4];
+  for (int kc = 0; kc < K / 16; kc++)
+    for (int j = 0; j < 4; j++) {
+      const int row = 16 * w + g + 8 * (j & 1), col = 16 * kc + 2 * c + 8 * (j >> 1);
+      pa[kc][j] = (uint32_t)p_bits[row * K + col] | ((uint32_t)p_bits[row * K + col + 1] << 16);
+    }
   const uint32_t v2 = fa_smem_addr(sV2);
   float f[128];
   for (int i = 0; i < 128; i++) f[i] = 1.0f;
@@ -226,7 +257,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
 #else
   (void)maps;
   (void)p_bits;
-  if (threadIdx.x == 0) out->no_sm90 = 1; /* no sm_90a code in this pass */
+  if (threadIdx.x == 0) out->no_sm90 = 1;
 #endif
 }
 
@@ -339,11 +370,14 @@ int main(void) {
   make_map(&maps.v, dv, N, K, K);
   make_map(&maps.y, dy, 64, YR, BOX_R);
   make_map(&maps.v2, dv2, N2, K, K);
-  const size_t smem = 1024 + 2 * (2 * BOX_R * 64 + M * 64 + N * 64 + 2 * K * 64 + 4 * K * 64) + 16;
+  const size_t smem = 1024 + 2 * (2 * BOX_R * 64 + M * 64 + N * 64 + 2 * K * 64) + 16;
+  const size_t smem256 = 1024 + 2 * 4 * K * 64 + 16;
 #ifndef ATTN_CUDA_EMULATE
   cudaFuncSetAttribute(prim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 #endif
   FA_LAUNCH(prim_kernel, dim3(1), dim3(128), smem, NULL, maps, (const uint16_t *)dp, dout);
+  td_sync();
+  FA_LAUNCH(prim256_kernel, dim3(1), dim3(128), smem256, NULL, maps, (const uint16_t *)dp, dout);
   td_sync();
   int *dn = (int *)td_alloc(256 * sizeof(int));
   td_memset(dn, 0, 256 * sizeof(int));
