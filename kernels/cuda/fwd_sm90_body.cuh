@@ -182,9 +182,9 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
  * masked tile, the fully visible tiles are found once as a range [jf, jg), and the call's
  * segment is read from the parameters (h_seg; the launcher declines varlen), so that ptxas
  * can reread it from the constant bank: traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
- * forward's FA_FWD_Q_IN_REGS. (Each piece alone still spilled at 256; at 128 and 192 x 128
- * the same pieces make ptxas spill instead, hence the two ways.) H_ROW_ARGS: the
- * consumer's arguments of h_softmax, either way. */
+ * forward's FA_FWD_Q_IN_REGS. (With only some of these changes ptxas still spilled at 256;
+ * at 128 and 192 x 128 they make it spill instead, so those keep their code, SASS
+ * unchanged.) H_ROW_ARGS: the consumer's arguments of h_softmax, either way. */
 #define H_ROWS_IN_REGS FA_SM90_FWD_ROWS_IN_REGS(DQK)
 #if H_ROWS_IN_REGS
 #define H_ROW_PARAMS const int ipos[2], const int lo_r[2], const int hi_r[2]
