@@ -6,7 +6,8 @@
  * fence / commit / wait, setmaxnreg and the async-proxy fence; for the backward
  * (bwd_sm90_body.cuh) also m64n64k16 with both operands from shared memory, K-major or both
  * MN-major (A transposed: dS^T stored key-major read as dS), and m64n64k16 with A from
- * registers (the N = 64 products of head dim 64). With -DATTN_CUDA_EMULATE the
+ * registers (the N = 64 products of head dim 64); for the forward at head dim 256 also
+ * m64n256k16 with A from registers (P V at Dv = 256). With -DATTN_CUDA_EMULATE the
  * same names map to the host model in tests/gpu/emu.h (emu.cc writes their semantics from
  * the PTX ISA), so the kernel runs on a CPU too.
  *
@@ -203,6 +204,30 @@ FA_WGMMA_RS64_T(fa_wgmma_rs64_t_f16, "f16")
 #undef FA_WGMMA_SS64
 #undef FA_WGMMA_RS_T
 #undef FA_WGMMA_RS64_T
+/* d[128] += A B, m64n256k16: A from registers (as FA_WGMMA_RS_T), B from shared memory
+ * MN-major (transposed), its four 64-column blocks LBO apart: P V at Dv = 256. */
+#define FA_WG_D128                                                                           \
+  FA_WG_D64, FA_WG_D8(64), FA_WG_D8(72), FA_WG_D8(80), FA_WG_D8(88), FA_WG_D8(96),            \
+      FA_WG_D8(104), FA_WG_D8(112), FA_WG_D8(120)
+#define FA_WG_REGS128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, " \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, " \
+  "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, " \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define FA_WGMMA_RS256_T(name, ty)                                                            \
+  FA_DEV void name(float d[128], const uint32_t a[4], uint64_t db) {                          \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32." ty "." ty " " FA_WG_REGS128   \
+                 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"                             \
+                 : FA_WG_D128                                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                      \
+  }
+FA_WGMMA_RS256_T(fa_wgmma_rs256_t_bf16, "bf16")
+FA_WGMMA_RS256_T(fa_wgmma_rs256_t_f16, "f16")
+#undef FA_WGMMA_RS256_T
 #endif /* FA_SM90_DEVICE */
 
 #else /* ---- host emulation ------------------------------------------------------------ */
@@ -266,6 +291,13 @@ FA_DEV void fa_wgmma_rs64_t_bf16(float d[32], const uint32_t a[4], uint64_t db) 
 }
 FA_DEV void fa_wgmma_rs64_t_f16(float d[32], const uint32_t a[4], uint64_t db) {
   emu_wgmma(d, 64, 0, a, db, 1, 0, 1, 0);
+}
+/* m64n256k16: A from registers, B MN-major (P V at Dv = 256) */
+FA_DEV void fa_wgmma_rs256_t_bf16(float d[128], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 256, 0, a, db, 1, 0, 1, 1);
+}
+FA_DEV void fa_wgmma_rs256_t_f16(float d[128], const uint32_t a[4], uint64_t db) {
+  emu_wgmma(d, 256, 0, a, db, 1, 0, 1, 0);
 }
 #endif
 

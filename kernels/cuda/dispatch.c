@@ -77,6 +77,9 @@ DECLARE_SM90(fwd, hd128)
 #ifdef ATTN_CUDA_SM90_FWD_HD192x128
 DECLARE_SM90(fwd, hd192x128)
 #endif
+#ifdef ATTN_CUDA_SM90_FWD_HD256
+DECLARE_SM90(fwd, hd256)
+#endif
 #ifdef ATTN_CUDA_SM90_BWD_HD64
 DECLARE_SM90(bwd, hd64)
 #endif
@@ -92,6 +95,9 @@ static const sm90_set sm90_fwd[] = {
 #endif
 #ifdef ATTN_CUDA_SM90_FWD_HD192x128
     SM90_SET(fwd, 192, 128, hd192x128)
+#endif
+#ifdef ATTN_CUDA_SM90_FWD_HD256
+    SM90_SET(fwd, 256, 256, hd256)
 #endif
     {0, 0, {{NULL, NULL}, {NULL, NULL}}}};
 static const sm90_set sm90_bwd[] = {

@@ -1,23 +1,24 @@
 /* fwd_sm90_body.cuh — the Hopper (sm_90a) flash forward, head dims (Dqk, Dv) = (64, 64),
- * (128, 128) and (192, 128) (DeepSeek MLA), one shot (O, LSE, sinks) or block mode (the
- * float32 state carried from call to call, as the ring runs it), and its launcher;
- * instantiated by fwd_hd{64,128,192x128}_{bf16,f16}[_causal]_sm90.cu.
+ * (128, 128), (192, 128) (DeepSeek MLA) and (256, 256), one shot (O, LSE, sinks) or block
+ * mode (the float32 state carried from call to call, as the ring runs it), and its
+ * launcher; instantiated by fwd_hd{64,128,192x128,256}_{bf16,f16}[_causal]_sm90.cu.
  *
  * A persistent grid (one CTA per SM) walks the work tiles, 128 query rows of one (batch,
  * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
  * Warp-specialised: a CTA has three warpgroups. Warpgroup 0 is the producer: one thread
  * loads each work tile's Q (once both consumers have released the last one on
- * "empty_q") and the K and V tiles of 128 keys into a ring of H_STAGES with TMA (128-byte
- * swizzle, completing on "full" mbarriers with transaction counts), K of tile j + 1
- * before V of tile j, the order the consumers use them in; its second warp zero-fills,
+ * "empty_q") and the K and V tiles of H_BN keys (128; 64 at head dim 256) into a ring of
+ * H_STAGES with TMA (128-byte swizzle, completing on "full" mbarriers with transaction
+ * counts), K of tile j + 1 before V of tile j, the order the consumers use them in; its
+ * second warp zero-fills,
  * in each V tile, the rows of keys that none of the work tile's queries sees, so NaN/Inf
  * there cannot reach P V, and then signals the tile on "v_ok". Warpgroups 1 and 2 are
- * the consumers, 64 rows each, with wgmma: S = Q K^T by m64n128k16 (Q and K from shared
+ * the consumers, 64 rows each, with wgmma: S = Q K^T by m64n(H_BN)k16 (Q and K from shared
  * memory, K-major; Dqk / 16 k-steps), the online softmax in registers (float32, log2
  * units, the mma.sync kernel's masking and transform), O += P V by m64n(Dv)k16 (P from
  * registers, V from shared memory, MN-major). Q and K rows are Dqk / 64 swizzled column
  * blocks of 64 elements (one TMA box each), V and O rows Dv / 64: 3 and 2 at (192, 128),
- * 2 at 128, 1 at 64. K and V stages are
+ * 4 at 256, 2 at 128, 1 at 64. K and V stages are
  * released on "empty_k" / "empty_v" as soon as the GEMM that reads them has completed.
  * setmaxnreg moves registers from the producer to the consumers.
  *
@@ -25,8 +26,9 @@
  *  - within a warpgroup, slot j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
  *    wgmma groups, waits for the first only and runs the softmax of S_j while P_{j-1} V_{j-1}
  *    is still on the tensor cores; then it waits for that, rescales O and packs P_j. Live
- *    across a slot: O (Dv / 2), S (64) and the packed P (32) registers a thread (Dqk only
- *    sets the number of k-steps of S).
+ *    across a slot: O (Dv / 2), S (H_BN / 2) and the packed P (H_BN / 4) registers a
+ *    thread (Dqk only sets the number of k-steps of S): 64 + 64 + 32 at 128, 128 + 32 + 16
+ *    at 256, where a 128-key S would not fit in the consumers' 232 registers.
  *  - between the warpgroups, named barriers order the issues WG1 slot 0, WG2 slot 0, WG1
  *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
  *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
@@ -40,9 +42,9 @@
  * instead of O and LSE (no O map, no TMA store; sinks are left to finalize). Rows that
  * see nothing of the block keep their state (alpha = 1, P = 0).
  *
- * The one-shot epilogue: each consumer writes its normalised O rows (packed) into its own 64 rows
- * of the Q tile's first Dv / 64 column blocks (at (192, 128) the third keeps Q: it is
- * reloaded whole), swizzled as TMA loaded them, and one of its threads stores them with TMA
+ * The one-shot epilogue: each consumer writes its normalised O rows (packed) into its own
+ * 64 rows of the Q tile's first Dv / 64 column blocks (all four at 256; at (192, 128) the
+ * third keeps Q: it is reloaded whole), swizzled as TMA loaded them, and one of its threads stores them with TMA
  * (Dv / 64 boxes of 64 x 64, one bulk group, rows past sq clipped by TMA); O views TMA cannot
  * describe are stored directly, row by row. Then each consumer arrives on "empty_q". The
  * ring's stages and phases run on across work tiles, and the producer loads the next
@@ -56,17 +58,32 @@
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
 
-#if !((DQK == 64 && DV == 64) || (DQK == 128 && DV == 128) || (DQK == 192 && DV == 128))
-#error "the sm90 forward is written for head dims (64, 64), (128, 128) and (192, 128)"
+#if !((DQK == 64 && DV == 64) || (DQK == 128 && DV == 128) || (DQK == 192 && DV == 128) || \
+      (DQK == 256 && DV == 256))
+#error "the sm90 forward is written for head dims (64, 64), (128, 128), (192, 128) and (256, 256)"
 #endif
 
-#define H_BM 128  /* query rows per CTA: two consumer warpgroups of 64 */
-#define H_BN 128  /* keys per tile */
+#define H_BM 128 /* query rows per CTA: two consumer warpgroups of 64 */
+/* keys per tile: 128, and 64 at (256, 256), where O alone is 128 floats a thread: S of 128
+ * keys (64 floats + 32 packed P) would not fit beside it in 232 registers, S of 64 keys (32
+ * + 16) does (traits.h FA_SM90_FWD_BN, which the stats' tile counts use, says the same) */
+#if DQK == 256
+#define H_BN 64
+#else
+#define H_BN 128
+#endif
+#if H_BN != FA_SM90_FWD_BN(DQK, DV)
+#error "H_BN and traits.h FA_SM90_FWD_BN disagree"
+#endif
+#define H_SN (H_BN / 2) /* S floats a thread: the m64n(H_BN) D fragment */
+#define H_PN (H_BN / 4) /* P registers a thread, packed pairs: H_BN / 16 A fragments of 4 */
 /* K/V ring stages: what keeps TMA ahead of the consumers is the consumer work the ring
  * holds, and a head-dim-64 tile is half the GEMM work of a head-dim-128 one, so 64 gets
  * twice the stages (the same time in flight). 6 stages of 32 KB: 209 KB, room left for a
  * 16 KB O buffer of its own (the next step, README); 3 of 64 KB at 128: 225 KB; at
- * (192, 128) a stage is 80 KB (K 48, V 32) and Q 48 KB: 2 stages, 209 KB (3 would be 289). */
+ * (192, 128) a stage is 80 KB (K 48, V 32) and Q 48 KB: 2 stages, 209 KB (3 would be 289);
+ * at (256, 256) a stage of 64 keys is 64 KB (K 32, V 32) and Q 64 KB: 2 stages, 193 KB (3
+ * would be 257). */
 #define H_STAGES (DQK == 64 ? 6 : DQK == 128 ? 3 : 2)
 #define H_THREADS 384
 #define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
@@ -87,16 +104,21 @@
 #define H_BAR_ORDER 1       /* named barriers 1, 2: the issue turn of consumer 1, 2 */
 #define H_BAR_O 3           /* named barriers 3, 4: consumer 1's, 2's O tile is in shared memory */
 
-/* h_wgmma_pv: O += P V, m64n(DV)k16 */
+/* h_wgmma_qk: S = Q K^T, m64n(H_BN)k16; h_wgmma_pv: O += P V, m64n(DV)k16 */
 #if FA_BF16
-#define h_wgmma_ss fa_wgmma_ss_bf16
+#define h_wgmma_qk_128 fa_wgmma_ss_bf16
+#define h_wgmma_qk_64 fa_wgmma_ss64_bf16
+#define h_wgmma_pv_256 fa_wgmma_rs256_t_bf16
 #define h_wgmma_pv_128 fa_wgmma_rs_t_bf16
 #define h_wgmma_pv_64 fa_wgmma_rs64_t_bf16
 #else
-#define h_wgmma_ss fa_wgmma_ss_f16
+#define h_wgmma_qk_128 fa_wgmma_ss_f16
+#define h_wgmma_qk_64 fa_wgmma_ss64_f16
+#define h_wgmma_pv_256 fa_wgmma_rs256_t_f16
 #define h_wgmma_pv_128 fa_wgmma_rs_t_f16
 #define h_wgmma_pv_64 fa_wgmma_rs64_t_f16
 #endif
+#define h_wgmma_qk FA_PASTE(h_wgmma_qk_, H_BN)
 #define h_wgmma_pv FA_PASTE(h_wgmma_pv_, DV)
 
 #ifndef FA_SM90_MAPS_DEFINED
@@ -146,6 +168,45 @@ FA_DEV int h_tile_seen(int k0, int kc0, int wg_rows, int wlo_first, int whi_last
   return wg_rows > 0 && whi_last >= fa_max(k0, kc0) && wlo_first <= k0 + H_BN - 1;
 }
 
+/* Does every row of a consumer warpgroup (all 64 valid) see every key of the tile starting
+ * at k0 (the CTA's visible keys start at kc0; the last row's lowest key, the first row's
+ * highest)? */
+FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first) {
+  return wg_rows == 64 && k0 >= kc0 && wlo_last <= k0 && whi_first >= k0 + H_BN - 1;
+}
+
+/* The key ranges and query positions of a thread's two rows (i = 0, 1: g, g + 8): below
+ * head dim 256 computed once a work tile and kept in registers across the slots (lo_r,
+ * hi_r, ipos); at 256, where O's 128 registers leave too few, only the thread's row g
+ * (qrow) and the valid rows from it (vrows) are kept, the ranges are recomputed at each
+ * masked tile, the fully visible tiles are found once as a range [jf, jg), and the call's
+ * segment is read from the parameters (h_seg; the launcher declines varlen), so that ptxas
+ * can reread it from the constant bank: traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
+ * forward's FA_FWD_Q_IN_REGS. (With only some of these changes ptxas still spilled at 256;
+ * at 128 and 192 x 128 they make it spill instead, so those keep their code, SASS
+ * unchanged.) H_ROW_ARGS: the consumer's arguments of h_softmax, either way. */
+#define H_ROWS_IN_REGS FA_SM90_FWD_ROWS_IN_REGS(DQK)
+#if H_ROWS_IN_REGS
+#define H_ROW_PARAMS const int ipos[2], const int lo_r[2], const int hi_r[2]
+#define H_ROW_ARGS ipos, lo_r, hi_r
+#else
+#define H_ROW_PARAMS const fa_seg &s, int qrow, int vrows
+#define H_ROW_ARGS s, qrow, vrows
+FA_DEV fa_seg h_seg(const fa_params &p) {
+  fa_seg g;
+  g.r0 = 0;
+  g.r1 = (int)p.sq;
+  g.c0 = 0;
+  g.c1 = (int)p.skv;
+  g.qpos_row0 = (int)p.q_pos0;
+  g.kpos_col0 = (int)p.k_pos0;
+  g.off = (int)(p.seq_kv - p.seq_q);
+  g.len_q = (int)p.seq_q;
+  g.len_kv = (int)p.seq_kv;
+  return g;
+}
+#endif
+
 /* Slot j's start (module comment): K_j has landed (j < ntiles), V_{j-1} has landed and
  * been zero-filled (j > 0), tile j in ring position it + j; then this consumer's turn to
  * issue. */
@@ -187,16 +248,16 @@ FA_DEV float h_exp2(float x) { return exp2f(x); }
 /* S (scores in log2 units after a multiplication by sc > 0, masked) -> P = 2^(score - mu)
  * in place, with the online-softmax step of the thread's two rows; maxima and sums run in
  * two chains per row. */
-FA_DEV void h_exp_rows(float S[64], float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+FA_DEV void h_exp_rows(float S[H_SN], float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
   float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* [row i][chain] */
   FA_UNROLL
-  for (int x = 0; x < 64; x++) mx[x & 3] = fmaxf(mx[x & 3], S[x]);
+  for (int x = 0; x < H_SN; x++) mx[x & 3] = fmaxf(mx[x & 3], S[x]);
   float top[2] = {fmaxf(m[0], fmaxf(mx[0], mx[1]) * sc), fmaxf(m[1], fmaxf(mx[2], mx[3]) * sc)};
   float mu[2];
   fa_online_step(top, m, l, alpha, mu);
   float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   FA_UNROLL
-  for (int x = 0; x < 64; x++) {
+  for (int x = 0; x < H_SN; x++) {
     const float pv = h_exp2(fmaf(S[x], sc, -mu[(x >> 1) & 1]));
     S[x] = pv;
     ls[x & 3] += pv;
@@ -206,16 +267,35 @@ FA_DEV void h_exp_rows(float S[64], float sc, float (&m)[2], float (&l)[2], floa
 }
 
 /* Keys outside the thread's rows' ranges -> -inf (by select). */
-FA_DEV void h_mask_rows(float S[64], const int lo_r[2], const int hi_r[2], int k0, int tg) {
+#if H_ROWS_IN_REGS
+FA_DEV void h_mask_rows(float S[H_SN], const int lo_r[2], const int hi_r[2], int k0, int tg) {
+#else
+FA_DEV void h_mask_rows(float S[H_SN], const fa_params &p, const fa_seg &s, int qrow, int vrows,
+                        int k0, int tg) {
+  int lo_r[2], hi_r[2];
   FA_UNROLL
-  for (int x = 0; x < 64; x++) {
+  for (int i = 0; i < 2; i++) {
+    lo_r[i] = (int)p.skv;
+    hi_r[i] = -1;
+    if (8 * i < vrows) fa_row_keys(p, FA_CAUSAL, s, qrow + 8 * i, lo_r[i], hi_r[i]);
+  }
+#endif
+  FA_UNROLL
+  for (int x = 0; x < H_SN; x++) {
     const int i = (x >> 1) & 1, key = k0 + (x >> 2) * 8 + 2 * tg + (x & 1);
     S[x] = key >= lo_r[i] && key <= hi_r[i] ? S[x] : -INFINITY;
   }
 }
+#if H_ROWS_IN_REGS
+#define H_MASK(S, k0, tg) h_mask_rows(S, lo_r, hi_r, k0, tg)
+#define H_IPOS(i) ipos[i]
+#else
+#define H_MASK(S, k0, tg) h_mask_rows(S, p, s, qrow, vrows, k0, tg)
+#define H_IPOS(i) (qrow + s.qpos_row0 + s.off - s.kpos_col0 + 8 * (i))
+#endif
 
 /* The online softmax of S_j, a thread's two rows (i = 0, 1: g and g + 8) of the
- * warpgroup's 64 x 128 tile at keys k0 + [0, 128), in place: masked by select unless every
+ * warpgroup's 64 x H_BN tile at keys k0 + [0, H_BN), in place: masked by select unless every
  * pair is visible (full), P = 2^(score - mu) in S, row sums into l, alpha = the factor that
  * rescales O (module comment). Without softcap and ALiBi the score is S * sc with sc > 0
  * (dispatch.c checks scale > 0), so the row max is taken on S and the scale goes into the
@@ -223,20 +303,20 @@ FA_DEV void h_mask_rows(float S[64], const int lo_r[2], const int hi_r[2], int k
  * The uniform choices sit outside the element loops, and each way ends in its own exp
  * loop: ptxas hoists the wgmma wait that follows this to the top of its basic block, which
  * must not hold the exp loop (the P V GEMM's overlap). */
-FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int ipos[2],
-                      const int lo_r[2], const int hi_r[2], int k0, int tg, int full,
+FA_DEV void h_softmax(float S[H_SN], const fa_params &p, float alibi2, H_ROW_PARAMS, int k0,
+                      int tg, int full,
                       float (&m)[2], float (&l)[2], float (&alpha)[2]) {
   if (!(p.cap2 > 0.0f) && alibi2 == 0.0f) {
-    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    if (!full) H_MASK(S, k0, tg);
     h_exp_rows(S, p.sc, m, l, alpha);
   } else {
-    const float base[2] = {(float)(ipos[0] - k0), (float)(ipos[1] - k0)};
+    const float base[2] = {(float)(H_IPOS(0) - k0), (float)(H_IPOS(1) - k0)};
     FA_UNROLL
-    for (int x = 0; x < 64; x++) {
+    for (int x = 0; x < H_SN; x++) {
       const int i = (x >> 1) & 1, col = (x >> 2) * 8 + 2 * tg + (x & 1);
       S[x] = fa_score(p, S[x], alibi2, fabsf(base[i] - (float)col));
     }
-    if (!full) h_mask_rows(S, lo_r, hi_r, k0, tg);
+    if (!full) H_MASK(S, k0, tg);
     h_exp_rows(S, 1.0f, m, l, alpha);
   }
 }
@@ -251,7 +331,7 @@ FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int i
     FA_UNROLL                                                                                \
     for (int kk_ = 0; kk_ < DQK / 16; kk_++) {                                               \
       const uint32_t in_row_ = (uint32_t)(kk_ % 4) * 32, blk_ = (uint32_t)(kk_ / 4) * 128;   \
-      h_wgmma_ss(S, fa_wgmma_desc((q_addr) + blk_ * H_BM + in_row_, 16, 1024),               \
+      h_wgmma_qk(S, fa_wgmma_desc((q_addr) + blk_ * H_BM + in_row_, 16, 1024),               \
                  fa_wgmma_desc((k_addr) + blk_ * H_BN + in_row_, 16, 1024), kk_ > 0);        \
     }                                                                                        \
     fa_wgmma_commit();                                                                       \
@@ -273,19 +353,19 @@ FA_DEV void h_softmax(float S[64], const fa_params &p, float alibi2, const int i
 #define H_PACK_P(P, S)                                          \
   do {                                                          \
     FA_UNROLL                                                   \
-    for (int x_ = 0; x_ < 32; x_++) P[x_] = fa_pack(S[2 * x_], S[2 * x_ + 1]); \
+    for (int x_ = 0; x_ < H_PN; x_++) P[x_] = fa_pack(S[2 * x_], S[2 * x_ + 1]); \
   } while (0)
 
 #if FA_SM90_DEVICE /* the head-dim-dependent pieces */
 /* Before a slot's wgmma.fence: the last writes of the registers the GEMMs accumulate into
  * (O, S) or read (P) stay before it. */
-FA_DEV void h_fence_operands(float acc[H_ON], float S[64], uint32_t P[32]) {
+FA_DEV void h_fence_operands(float acc[H_ON], float S[H_SN], uint32_t P[H_PN]) {
   FA_UNROLL
   for (int x = 0; x < H_ON; x++) fa_reg_fence(acc[x]);
   FA_UNROLL
-  for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+  for (int x = 0; x < H_SN; x++) fa_reg_fence(S[x]);
   FA_UNROLL
-  for (int x = 0; x < 32; x++) fa_reg_fence_u32(P[x]);
+  for (int x = 0; x < H_PN; x++) fa_reg_fence_u32(P[x]);
   fa_wgmma_fence();
 }
 
@@ -308,7 +388,11 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   uint64_t *full_k = empty_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
            *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
+#if H_ROWS_IN_REGS
   const fa_seg s = fa_make_seg(p, 0);
+#else
+  const fa_seg s = h_seg(p);
+#endif
   const int nwork = (int)(p.ntiles * p.Hq * p.B);
 
   if (tid == 0) {
@@ -407,6 +491,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw, wlo_first, whi_first);
       fa_row_keys(p, FA_CAUSAL, s, R0 + 64 * cw + wg_rows - 1, wlo_last, whi_last);
     }
+#if H_ROWS_IN_REGS
     int lo_r[2], hi_r[2], ipos[2];
     FA_UNROLL
     for (int i = 0; i < 2; i++) {
@@ -416,18 +501,21 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       if (r < rows) fa_row_keys(p, FA_CAUSAL, s, R0 + r, lo_r[i], hi_r[i]);
       ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
     }
+#else
+    const int qrow = R0 + wr0 + g, vrows = rows - wr0 - g;
+#endif
     const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     float acc[H_ON]; /* O: the m64n(DV) D fragment, acc[4n + e] ~ the mma.sync kernel's acc[n][e] */
-    float S[64];   /* S_j, then P_j in float32 */
-    uint32_t P[32]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
+    float S[H_SN];   /* S_j, then P_j in float32 */
+    uint32_t P[H_PN]; /* P_j packed: the A fragments of 16 keys each, read by the next slot's PV */
     FA_UNROLL
-    for (int x = 0; x < 64; x++) S[x] = 0.0f;
+    for (int x = 0; x < H_SN; x++) S[x] = 0.0f;
     FA_UNROLL
     for (int x = 0; x < H_ON; x++) acc[x] = 0.0f;
     FA_UNROLL
-    for (int x = 0; x < 32; x++) P[x] = 0;
+    for (int x = 0; x < H_PN; x++) P[x] = 0;
     if (p.block_mode) {
       FA_UNROLL
       for (int i = 0; i < 2; i++)
@@ -445,6 +533,13 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     while (ja < ntiles && !h_tile_seen(kbase + ja * H_BN, kc0, wg_rows, wlo_first, whi_last)) ja++;
     int jb = ja;
     while (jb < ntiles && h_tile_seen(kbase + jb * H_BN, kc0, wg_rows, wlo_first, whi_last)) jb++;
+#if !H_ROWS_IN_REGS
+    /* the tiles [jf, jg) with every pair visible (an interval) */
+    int jf = 0;
+    while (jf < ntiles && !h_tile_full(kbase + jf * H_BN, kc0, wg_rows, wlo_last, whi_first)) jf++;
+    int jg = jf;
+    while (jg < ntiles && h_tile_full(kbase + jg * H_BN, kc0, wg_rows, wlo_last, whi_first)) jg++;
+#endif
     const int nslots = ntiles ? ntiles + 1 : 0;
     if (cw == 1 && nslots) fa_named_bar_arrive(H_BAR_ORDER, 256); /* opens consumer 1's first turn */
     for (int j = 0; j < nslots; j++) {
@@ -453,7 +548,11 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       const uint32_t k_addr = fa_smem_addr(sK + st * H_BN * DQK);
       const uint32_t v_addr = fa_smem_addr(sV + pst * H_BN * DV); /* tile j - 1 */
       /* every pair of the tile visible: no masking (warpgroup-uniform, as ja, jb) */
+#if H_ROWS_IN_REGS
       const int full = wg_rows == 64 && k0 >= kc0 && wlo_last <= k0 && whi_first >= k0 + H_BN - 1;
+#else
+      const int full = j >= jf && j < jg;
+#endif
       h_slot_begin(full_k, v_ok, it, j, ntiles, cw);
       if (j > ja && j < jb) { /* S_j and P_{j-1} V_{j-1}: the softmax runs under the second */
         h_fence_operands(acc, S, P);
@@ -462,9 +561,9 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_slot_issued(j, nslots, cw);
         fa_wgmma_wait<1>();
         FA_UNROLL
-        for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+        for (int x = 0; x < H_SN; x++) fa_reg_fence(S[x]);
         h_release(&empty_k[st], lane);
-        h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        h_softmax(S, p, alibi2, H_ROW_ARGS, k0, tg, full, m, l, alpha);
         fa_wgmma_wait<0>();
         FA_UNROLL
         for (int x = 0; x < H_ON; x++) fa_reg_fence(acc[x]);
@@ -477,10 +576,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
         h_slot_issued(j, nslots, cw);
         fa_wgmma_wait<0>();
         FA_UNROLL
-        for (int x = 0; x < 64; x++) fa_reg_fence(S[x]);
+        for (int x = 0; x < H_SN; x++) fa_reg_fence(S[x]);
         h_release(&empty_k[st], lane);
         if (j > 0) h_release(&empty_v[pst], lane);
-        h_softmax(S, p, alibi2, ipos, lo_r, hi_r, k0, tg, full, m, l, alpha);
+        h_softmax(S, p, alibi2, H_ROW_ARGS, k0, tg, full, m, l, alpha);
         h_rescale(acc, alpha); /* the carried O in block mode (alpha is 0 for O = 0) */
         H_PACK_P(P, S);
       } else if (j == jb && j > ja) { /* the last P V */

@@ -19,12 +19,12 @@
 #include "cuda_attn.h"
 #include "traits.h"
 
-/* The Hopper forward's tile (H_BM x H_BN in fwd_sm90_body.cuh): key tiles end at the
- * CTA's last visible key instead of starting at multiples of the tile. The Hopper
+/* The Hopper forward's tile (H_BM x H_BN in fwd_sm90_body.cuh: 128 rows x
+ * FA_SM90_FWD_BN keys, 64 at head dim 256): key tiles end at the CTA's last visible key
+ * instead of starting at multiples of the tile. The Hopper
  * backward's (G_BM x G_BN in bwd_sm90_body.cuh): 128 keys a CTA, 64 query rows a step,
  * steps from the first row that sees a key, as the mma.sync dK/dV kernel walks them. */
 #define SM90_ROWS 128
-#define SM90_KEYS 128
 #define SM90_BWD_ROWS 64
 #define SM90_BWD_KEYS 128
 
@@ -179,7 +179,7 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
     *keys = FA_BWD_BN(dqk, dv);
   } else if (sm90) {
     *rows = SM90_ROWS;
-    *keys = SM90_KEYS;
+    *keys = FA_SM90_FWD_BN(dqk, dv);
   } else {
     *rows = FA_FWD_BM;
     *keys = FA_FWD_BN(dqk, dv);

@@ -31,12 +31,14 @@
  * query rows per CTA would not help: 16 is the mma's M.
  *
  * The Hopper kernels (sm_90a only: head dims 64 and 128, the forward also (Dqk, Dv) =
- * (192, 128)) have their own shapes: 3
+ * (192, 128) and 256) have their own shapes: 3
  * warpgroups (a TMA producer, two wgmma consumers) and 168 registers at entry rebalanced
  * by setmaxnreg to 40 (producer) / 232 (consumers), no spills. The forward
- * (fwd_sm90_body.cuh): 128 rows x 128 keys, consumers of 64 rows, a K/V ring of 3 stages
- * at 128 (225 KB of shared memory) or 6 at 64 (209 KB: half the work a tile, twice the
- * tiles in flight) or 2 at 192 x 128 (209 KB: Q and K 48 KB a tile). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
+ * (fwd_sm90_body.cuh): 128 rows x 128 keys (FA_SM90_FWD_BN), consumers of 64 rows, a K/V
+ * ring of 3 stages at 128 (225 KB of shared memory) or 6 at 64 (209 KB: half the work a
+ * tile, twice the tiles in flight) or 2 at 192 x 128 (209 KB: Q and K 48 KB a tile); at
+ * 256, 128 rows x 64 keys (O is 128 floats a thread: a 128-key S, 64 floats + 32 packed P,
+ * would not fit beside it in 232 registers) and 2 stages of 64 KB (193 KB). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
  * keys, a ring of 64-row (Q, dO) tiles, 2 stages and about 166 KB at d = 128, 4 stages and
  * about 134 KB at d = 64; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
  * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These
@@ -54,6 +56,13 @@
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are
  * read from shared memory for every tile (64 more registers would not fit next to O). */
 #define FA_FWD_Q_IN_REGS(dqk) ((dqk) <= 192)
+
+/* keys per tile of the Hopper forward (fwd_sm90_body.cuh H_BN; 128 query rows): 64 at
+ * Dqk 256, 128 below */
+#define FA_SM90_FWD_BN(dqk, dv) ((dqk) > 192 ? 64 : 128)
+/* Does the Hopper forward keep its rows' key ranges in registers across the key tiles (up
+ * to Dqk 192), or recompute them at each tile that needs them (256: O's 128 registers)? */
+#define FA_SM90_FWD_ROWS_IN_REGS(dqk) ((dqk) <= 192)
 
 #define FA_BWD_WARPS 8
 /* Warps that share one 16-key group of the dK/dV kernel, each accumulating 1/CSPLIT of

@@ -1,7 +1,8 @@
 /* test_cuda_sm90_fwd.c — the Hopper forward (fwd_sm90_body.cuh: TMA, wgmma, warp
- * specialisation) vs the float64 oracle, one shot and in block mode, at head dims 128, 64
- * and (Dqk, Dv) = (192, 128) (every case list runs at each built; the emulator trims the
- * 192 x 128 lists).
+ * specialisation) vs the float64 oracle, one shot and in block mode, at head dims 128, 64,
+ * (Dqk, Dv) = (192, 128) and 256 (every case list runs at each built; the emulator trims
+ * the 192 x 128 lists). At 256 the kernel's key tiles are 64 keys, so the same sizes cross
+ * more tiles there.
  *
  * One shot: around its 128-row / 128-key tiles (and the 64-row consumer halves), Sq != Skv
  * both ways, every mask flag, GQA/MQA, strided views, empty rows, NaN/Inf in unseen keys,
@@ -34,6 +35,7 @@ static int E;                 /* emulated: fewer, smaller cases */
 static int ran_sm90;          /* one-shot cases the sm90 forward took */
 static int ran_sm90_block;    /* block calls the sm90 forward took */
 static int ran_mla, ran_mla_block; /* the same at Dqk != Dv (192 x 128) */
+static int ran_256, ran_256_block; /* the same at head dim 256 */
 
 static void expect_ok(attn_status st, const char *what, const gc_case *c) {
   if (st == ATTN_OK) return;
@@ -49,6 +51,7 @@ static int check_path(const attn_cuda_problem *pb, const gc_case *c) {
   gc_describe(c, desc, sizeof desc);
   TU_CHECK(!strcmp(want, got), "forward ran %s, expected %s: %s", got, want, desc);
   ran_mla += c->Dv && c->Dv != c->D && !strcmp(got, "sm90");
+  ran_256 += c->D == 256 && !strcmp(got, "sm90");
   return !strcmp(got, "sm90");
 }
 
@@ -291,6 +294,7 @@ static int64_t run_chain(gc_prob *P, const int64_t *qs, const int64_t *ks, int m
                got, want, desc);
       ran_sm90_block += !strcmp(got, "sm90");
       ran_mla_block += P->Dv != P->D && !strcmp(got, "sm90");
+      ran_256_block += P->D == 256 && !strcmp(got, "sm90");
       float *now = pstate_get(into);
       const int64_t bad = state_changes(P, was, now, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1], &blind);
       TU_CHECK(bad == 0, "block call rows [%lld, %lld) x keys [%lld, %lld) (%s): %lld state words "
@@ -482,15 +486,16 @@ int main(void) {
     return 77;
   }
   attn_cuda_set_hopper(1);
-  /* the head dims with sm90 instances (64 and 192 x 128: if built) */
-  static const int hd[][2] = {{128, 128}, {64, 64}, {192, 128}};
-  for (int i = 0; i < 3; i++) {
+  /* the head dims with sm90 instances (64, 192 x 128 and 256: if built) */
+  static const int hd[][2] = {{128, 128}, {64, 64}, {192, 128}, {256, 256}};
+  for (int i = 0; i < 4; i++) {
     sweep_one_shot(hd[i][0], hd[i][1]);
     sweep_block(hd[i][0], hd[i][1]);
   }
   attn_cuda_set_hopper(-1);
   printf("test_cuda_sm90_fwd: %d one-shot cases and %d block calls ran the sm90 forward "
-         "(%d and %d at 192 x 128)\n", ran_sm90, ran_sm90_block, ran_mla, ran_mla_block);
+         "(%d and %d at 192 x 128, %d and %d at 256)\n", ran_sm90, ran_sm90_block, ran_mla,
+         ran_mla_block, ran_256, ran_256_block);
   /* the emulator models compute capability 9.0: every case that may take sm90 must */
   TU_CHECK(!td_emulated() || (ran_sm90 >= 20 && ran_sm90_block >= 50),
            "only %d one-shot cases and %d block calls ran the sm90 forward", ran_sm90, ran_sm90_block);
@@ -498,5 +503,9 @@ int main(void) {
                (ran_mla >= 10 && ran_mla_block >= 20),
            "only %d one-shot cases and %d block calls ran the sm90 forward at 192 x 128", ran_mla,
            ran_mla_block);
+  TU_CHECK(!td_emulated() || !gc_have_dims(&(gc_case){.D = 256, .dtype = ATTN_BF16}) ||
+               (ran_256 >= 20 && ran_256_block >= 50),
+           "only %d one-shot cases and %d block calls ran the sm90 forward at 256", ran_256,
+           ran_256_block);
   return tu_finish("test_cuda_sm90_fwd");
 }

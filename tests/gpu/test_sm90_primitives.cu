@@ -11,7 +11,9 @@
  * writes exactly the rows inside it (rows between the boxes and past the end keep their
  * poison); a wgmma reads an operand the threads wrote (swizzled, then fence.proxy.async:
  * the kernels' zero-filled rows and dS^T), and a D fragment packed as the A fragments of
- * the next wgmma (the forward's P) gives the product of the chain; and setmaxnreg moves
+ * the next wgmma (the forward's P) gives the product of the chain; m64n256k16 with A from
+ * registers and B MN-major over four 64-column blocks (head dim 256's P V) equals the plain
+ * product too; and setmaxnreg moves
  * registers as the sm90 kernels split a 384-thread CTA (a wrong split hangs: the ctest
  * times out). Inputs are small integers (or raw 16-bit patterns), so results are exact
  * and compared with ==.
@@ -35,8 +37,10 @@ enum { XR = 100, XC = 64, BOX_R = 64 }; /* X [XR][XC]: boxes at rows -8 and XR -
 enum { M = 64, N = 128, K = 64 };        /* D1 = A Bk^T, D2 = P V */
 enum { YR = 100, Y_GUARD = 16 };         /* Y [YR][64] (+ guard rows): stores at -8, YR - 40 */
 
+enum { N2 = 256 }; /* V2 [K][N2]: four 64-column blocks, D8 = 1 + P V2 (m64n256k16) */
+
 struct prim_maps {
-  fa_tmap x, a, bk, v, y;
+  fa_tmap x, a, bk, v, y, v2;
 };
 
 struct prim_out {
@@ -46,6 +50,7 @@ struct prim_out {
   float d5[M * 64];             /* m64n64k16: RS, B MN-major (V's second column block) */
   float d6[M * 64];             /* A G^T, G = I written by the threads: A */
   float d7[M * N];              /* d6's D fragment packed as A fragments, times V */
+  float d8[M * N2];             /* m64n256k16: RS, B MN-major (V2's four column blocks) */
 };
 
 /* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
@@ -59,6 +64,12 @@ FA_DEV void store_d64(float *out, const float d[32], int t) {
   const int w = t / 32, g = (t % 32) / 4, c = t % 4;
   for (int i = 0; i < 8; i++)
     for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
+FA_DEV void store_d256(float *out, const float d[128], int t) {
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  for (int i = 0; i < N2 / 8; i++)
+    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * N2 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
 
 /* Row r of the two stored boxes (r < 64: the first), column c: a raw bf16 bit pattern. */
@@ -206,6 +217,50 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
 #endif
 }
 
+/* D8 = 1 + P V2 by m64n256k16 (head dim 256's P V), a kernel of its own (its 128
+ * accumulators beside prim_kernel's would serialise that kernel's wgmma): V2 [K][N2] lands
+ * as four swizzled 64-column blocks, K * 128 bytes apart (LBO); A fragments of P from
+ * global memory as in prim_kernel. */
+FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p_bits, prim_out *out) {
+#if FA_SM90_DEVICE
+  FA_SMEM(raw);
+  unsigned char *sm = raw + ((1024 - (fa_smem_addr(raw) & 1023)) & 1023);
+  uint16_t *sV2 = (uint16_t *)sm; /* [4 column blocks][K][64] */
+  uint64_t *bar = (uint64_t *)(sV2 + 4 * K * 64);
+  const int t = (int)threadIdx.x;
+  if (t == 0) {
+    fa_mbar_init(bar, 1);
+    fa_mbar_init_fence();
+  }
+  FA_SYNC();
+  if (t == 0) {
+    fa_mbar_arrive_expect_tx(bar, 4 * K * 128);
+    for (int cb = 0; cb < 4; cb++) fa_tma_load_4d(sV2 + cb * K * 64, &maps.v2, 64 * cb, 0, 0, 0, bar);
+  }
+  fa_mbar_wait(bar, 0);
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  uint32_t pa[K / 16][4];
+  for (int kc = 0; kc < K / 16; kc++)
+    for (int j = 0; j < 4; j++) {
+      const int row = 16 * w + g + 8 * (j & 1), col = 16 * kc + 2 * c + 8 * (j >> 1);
+      pa[kc][j] = (uint32_t)p_bits[row * K + col] | ((uint32_t)p_bits[row * K + col + 1] << 16);
+    }
+  const uint32_t v2 = fa_smem_addr(sV2);
+  float f[128];
+  for (int i = 0; i < 128; i++) f[i] = 1.0f;
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++)
+    fa_wgmma_rs256_t_bf16(f, pa[kc], fa_wgmma_desc(v2 + 2048 * kc, K * 128, 1024));
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d256(out->d8, f, t);
+#else
+  (void)maps;
+  (void)p_bits;
+  if (threadIdx.x == 0) out->no_sm90 = 1;
+#endif
+}
+
 /* setmaxnreg as the sm90 kernels use it: ptxas gives a 384-thread kernel with setmaxnreg
  * the launch bound's 168 registers a thread; warpgroup 0 releases to 40, 1 and 2 take
  * 232 (128 x 40 + 256 x 232 = 384 x 168: the CTA's pool exactly), then each consumer
@@ -272,6 +327,7 @@ static int fA(int m, int k) { return (m * 7 + k * 3) % 5 - 2; }
 static int fB(int n, int k) { return (n * 5 + k * 11) % 7 - 3; }
 static int fP(int m, int k) { return (m * 3 + k * 13) % 5 - 2; }
 static int fV(int k, int n) { return (k * 9 + n * 7) % 5 - 2; }
+static int fV2(int k, int n) { return (k * 5 + n * 3) % 7 - 3; }
 
 int main(void) {
   if (!td_available()) {
@@ -288,20 +344,23 @@ int main(void) {
     return 77;
   }
 #endif
-  static uint16_t x[XR * XC], a[M * K], bk[N * K], p[M * K], v[K * N];
+  static uint16_t x[XR * XC], a[M * K], bk[N * K], p[M * K], v[K * N], v2[K * N2];
   for (int i = 0; i < XR * XC; i++) x[i] = (uint16_t)(0x3F80 + (i & 127));
   for (int m = 0; m < M; m++)
     for (int k = 0; k < K; k++) a[m * K + k] = bf16_of_int(fA(m, k)), p[m * K + k] = bf16_of_int(fP(m, k));
   for (int n = 0; n < N; n++)
     for (int k = 0; k < K; k++) bk[n * K + k] = bf16_of_int(fB(n, k)), v[k * N + n] = bf16_of_int(fV(k, n));
+  for (int n = 0; n < N2; n++)
+    for (int k = 0; k < K; k++) v2[k * N2 + n] = bf16_of_int(fV2(k, n));
   void *dx = td_alloc(sizeof x), *da = td_alloc(sizeof a), *db = td_alloc(sizeof bk), *dp = td_alloc(sizeof p),
-       *dv = td_alloc(sizeof v), *dy = td_alloc((size_t)(YR + Y_GUARD) * 64 * 2);
+       *dv = td_alloc(sizeof v), *dy = td_alloc((size_t)(YR + Y_GUARD) * 64 * 2), *dv2 = td_alloc(sizeof v2);
   prim_out *dout = (prim_out *)td_alloc(sizeof(prim_out));
   td_upload(dx, x, sizeof x);
   td_upload(da, a, sizeof a);
   td_upload(db, bk, sizeof bk);
   td_upload(dp, p, sizeof p);
   td_upload(dv, v, sizeof v);
+  td_upload(dv2, v2, sizeof v2);
   td_memset(dout, 0, sizeof(prim_out));
   td_memset(dy, 0xFF, (size_t)(YR + Y_GUARD) * 64 * 2);
   prim_maps maps;
@@ -310,11 +369,15 @@ int main(void) {
   make_map(&maps.bk, db, K, N, N);
   make_map(&maps.v, dv, N, K, K);
   make_map(&maps.y, dy, 64, YR, BOX_R);
+  make_map(&maps.v2, dv2, N2, K, K);
   const size_t smem = 1024 + 2 * (2 * BOX_R * 64 + M * 64 + N * 64 + 2 * K * 64) + 16;
+  const size_t smem256 = 1024 + 2 * 4 * K * 64 + 16;
 #ifndef ATTN_CUDA_EMULATE
   cudaFuncSetAttribute(prim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 #endif
   FA_LAUNCH(prim_kernel, dim3(1), dim3(128), smem, NULL, maps, (const uint16_t *)dp, dout);
+  td_sync();
+  FA_LAUNCH(prim256_kernel, dim3(1), dim3(128), smem256, NULL, maps, (const uint16_t *)dp, dout);
   td_sync();
   int *dn = (int *)td_alloc(256 * sizeof(int));
   td_memset(dn, 0, 256 * sizeof(int));
@@ -350,6 +413,14 @@ int main(void) {
         printf("FAIL: D fragment reused as A: D[%d][%d] = %g, want %d\n", m, n, (double)out.d7[m * N + n], s7);
     }
   if (bad_nreg) printf("FAIL: %d setmaxnreg consumer outputs wrong\n", bad_nreg);
+  int bad9 = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N2; n++) {
+      int s9 = 1;
+      for (int k = 0; k < K; k++) s9 += fP(m, k) * fV2(k, n);
+      if (out.d8[m * N2 + n] != (float)s9 && bad9++ < 5)
+        printf("FAIL: N=256 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d8[m * N2 + n], s9);
+    }
   int bad3 = 0, bad4 = 0, bad6 = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < 64; n++) {
@@ -370,17 +441,19 @@ int main(void) {
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
-  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad_nreg;
+  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad_nreg;
   printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
          "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, "
-         "TMA store %d wrong, thread-written operand %d wrong, D as A %d wrong, setmaxnreg %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad_nreg,
+         "TMA store %d wrong, thread-written operand %d wrong, D as A %d wrong, N=256 RS MN-major %d "
+         "wrong, setmaxnreg %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad9, bad_nreg,
          fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);
   td_free(dp);
   td_free(dv);
+  td_free(dv2);
   td_free(dy);
   td_free(dout);
   td_free(dn);
