@@ -170,7 +170,10 @@ def calibrate(runs, probes):
 
 
 def predict_run(r, calib, ps):
-    """The model's time for pass ps of a measured run (the slowest rank's)."""
+    """The model's time for pass ps of a measured run (the slowest rank's); None when the
+    calibration lacks its rate or link, or for a --d-model layer run (not modelled)."""
+    if r["config"].get("d_model"):
+        return None
     link = calib["link"]
     rate_unit = calib["rates"].get(rate_key(r, ps))
     if rate_unit is None or link is None:
