@@ -15,8 +15,10 @@ The model, per rank (its share of the heads, tp, and of the rows, cp):
            step s-1's compute; cp = 1: T = c)
   backward the same with backward's c and b, plus one more hop: the gradient accumulators
            go home
-  tp mode  heads split: c = F / rate, no exchange (attention alone has no W_o AllReduce;
-           the --d-model layer's GEMMs and AllReduce are not modelled yet)
+  tp mode  heads split: c = F / rate, no exchange (attention alone has no W_o AllReduce)
+  layer    (--d-model) adds the rank's projection GEMMs at a GEMM rate (calibrated as what
+           the layer runs' times leave after attention and AllReduce) and a ring AllReduce
+           of y (backward: dx) over tp: 2 (tp - 1) (alpha + bytes / (tp beta))
 rate = rate_unit * units: units = threads per rank on the cpu backend (at most its share of
 the cores it is bound to), 1 on cuda.
 
@@ -97,6 +99,19 @@ def predict(cfg, tp, cp, rate, link, dtype, backward=False, F=None):
     return step_time(c, b, cp, link, 1 if backward else 0), c, comm
 
 
+def layer_terms(cfg, tp, cp, link, backward=False):
+    """(GEMM FLOPs of one rank, AllReduce seconds) of the --d-model layer around the
+    attention: x W_qkv and O W_o on the rank's rows and heads (backward: dX and dW, twice
+    that), and a ring AllReduce of y (backward: dx) over tp, 2 (tp-1) (alpha + bytes/(tp beta))."""
+    d, rows = cfg["d_model"], cfg["batch"] * math.ceil(cfg["seq_q"] / cp)
+    hq, hk = cfg["heads_q"] // tp, max(1, cfg["heads_kv"] // tp)
+    cols = hq * cfg["head_dim_qk"] + hk * (cfg["head_dim_qk"] + cfg["head_dim_v"])
+    gemm = 2.0 * rows * d * (cols + hq * cfg["head_dim_v"]) * (2 if backward else 1)
+    nbytes = rows * d * 4
+    ar = 2 * (tp - 1) * (link["alpha_s"] + nbytes / (tp * link["beta_Bps"])) if tp > 1 else 0.0
+    return gemm, ar
+
+
 # ---- records -------------------------------------------------------------------------------
 def load(paths):
     runs, probes = [], []
@@ -138,6 +153,10 @@ def rate_key(r, pass_):
     return f'{r["backend"]}/{r["dtype"]}/d{c["head_dim_qk"]}/{pass_}'
 
 
+def gemm_key(r, pass_):
+    return f'{r["backend"]}/gemm/{pass_}'
+
+
 def passes(r):
     return ["fwd"] + (["bwd"] if r["config"].get("bwd") else [])
 
@@ -165,18 +184,37 @@ def calibrate(runs, probes):
                 F, t = pr.get(f"{ps}_flops_computed"), pr.get(f"{ps}_compute_s")
                 if F and t:
                     per.setdefault(rate_key(r, ps), []).append(F / t / units(r, pr))
-    return {"rates": {k: statistics.median(v) for k, v in sorted(per.items())},
-            "link": fit_link(probes)}
+    rates = {k: statistics.median(v) for k, v in per.items()}
+    link = fit_link(probes)
+    # The layer's GEMM rate: what its runs' time leaves after the modelled attention and
+    # AllReduce, per GEMM FLOP (layer runs record no compute split of their own).
+    gemm = {}
+    for r in runs if link else []:
+        if not r["config"].get("d_model"):
+            continue
+        for ps in passes(r):
+            rk, want = rate_key(r, ps), r["time_s"] if ps == "fwd" else r.get("bwd_time_s")
+            if rk not in rates or not want:
+                continue
+            pr = max(r["per_rank"], key=lambda q: q.get(f"{ps}_flops_computed") or 0)
+            u = units(r, pr)
+            t_attn, _, _ = predict(r["config"], r["tp"], r["cp"], rates[rk] * u, link, r["dtype"],
+                                   ps == "bwd", F=pr.get(f"{ps}_flops_computed") or 0)
+            flops_g, ar = layer_terms(r["config"], r["tp"], r["cp"], link, ps == "bwd")
+            if want - t_attn - ar > 0:
+                gemm.setdefault(gemm_key(r, ps), []).append(flops_g / (want - t_attn - ar) / u)
+    rates.update({k: statistics.median(v) for k, v in gemm.items()})
+    return {"rates": dict(sorted(rates.items())), "link": link}
 
 
 def predict_run(r, calib, ps):
     """The model's time for pass ps of a measured run (the slowest rank's); None when the
     calibration lacks its rate or link, or for a --d-model layer run (not modelled)."""
-    if r["config"].get("d_model"):
-        return None
     link = calib["link"]
     rate_unit = calib["rates"].get(rate_key(r, ps))
-    if rate_unit is None or link is None:
+    layer = bool(r["config"].get("d_model"))
+    gemm_unit = calib["rates"].get(gemm_key(r, ps))
+    if rate_unit is None or link is None or (layer and gemm_unit is None):
         return None
     worst = 0.0
     for pr in r["per_rank"]:
@@ -185,6 +223,9 @@ def predict_run(r, calib, ps):
             continue
         t, _, _ = predict(r["config"], r["tp"], r["cp"], rate_unit * units(r, pr), link,
                           r["dtype"], ps == "bwd", F=F)
+        if layer:
+            gemm, ar = layer_terms(r["config"], r["tp"], r["cp"], link, ps == "bwd")
+            t += gemm / (gemm_unit * units(r, pr)) + ar
         worst = max(worst, t)
     return worst
 

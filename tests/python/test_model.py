@@ -77,6 +77,24 @@ def main():
         _, bad2 = model.validate(runs, skewed, 0.15, out=null)
     check("a wrong rate is caught", bad2 > 0, f"{bad2} runs off")
 
+    print("the layer's GEMM rate")
+    gemm_rate = 9e11
+    layer_runs = []
+    for tp in (2, 4):
+        cfg = dict(cfgs[0], d_model=4096)  # GEMMs a large part of the time
+        F = model.flops(cfg) / tp
+        t, _, _ = model.predict(cfg, tp, 1, rate, link, "bf16", F=F)
+        g, ar = model.layer_terms(cfg, tp, 1, link)
+        per = [{"rank": i, "host": "h", "threads": 1, "cpuset": None, "fwd_flops_computed": F,
+                "fwd_compute_s": 0} for i in range(tp)]
+        layer_runs.append({"tool": "attnrun", "backend": "cuda", "dtype": "bf16", "mode": "tp layer",
+                           "ranks": tp, "tp": tp, "cp": 1, "config": dict(cfg, bwd=False),
+                           "time_s": (t + g / gemm_rate + ar) * (1 + rng.uniform(-0.02, 0.02)), "per_rank": per})
+    cal2 = model.calibrate(runs + layer_runs, [{"points": pts, "where": "synthetic"}])
+    got = cal2["rates"].get("cuda/gemm/fwd", 0)
+    check("GEMM rate within 10%", abs(got / gemm_rate - 1) < 0.1, f"{got:.3g} vs {gemm_rate:.3g}")
+    check("attention rate unmoved by layer runs", cal2["rates"]["cuda/bf16/d64/fwd"] == cal["rates"]["cuda/bf16/d64/fwd"])
+
     print("limits")
     cfg = cfgs[2]
     t, c, comm = model.predict(cfg, 1, 8, rate, {"alpha_s": 0.0, "beta_Bps": 1e15}, "bf16")
