@@ -63,8 +63,11 @@ void emu_cp_wait(int pending_groups);
  * read differs between the views (a store without the fence).
  * mbarriers: phases complete when the arrivals of the init count are in and the
  * transaction count is back to 0 (both counts checked against the ISA's 2^20 - 1); a
- * wait blocks until the phase of the given parity has completed. TMA loads read global
- * memory and land (swizzled, out-of-range elements 0) only when some thread waits on
+ * wait blocks until the phase of the given parity has completed; the phase a thread means
+ * is the next of that parity after the one its last wait on the barrier returned for (or
+ * that one again, if the barrier has not moved since), and a wait on a phase two or more
+ * behind the current one aborts (try_wait.parity would hang or pass by aliasing). TMA
+ * loads read global memory and land (swizzled, out-of-range elements 0) only when some thread waits on
  * their mbarrier; their destination reads as NaN before. wgmma is a warpgroup collective
  * (4 consecutive warps): operands are read at the issue and must be unchanged when each
  * warp's wgmma.wait_group retires the group (shared memory and the A registers: else an

@@ -72,6 +72,9 @@ struct mbarrier {
   uint64_t phase;   /* completed phases */
   uint64_t version; /* bumped at each completion and each TMA issue: what waiters watch */
   std::vector<tma_copy> copies;
+  /* per thread: the phase its last wait returned for (-2: none yet; phase -1 is the one
+   * "completed" before init, which a parity-1 wait on a fresh barrier finds) */
+  std::vector<int64_t> seen;
 };
 
 struct wg_slot {

@@ -145,6 +145,7 @@ void emu_mbar_init(uint64_t *bar, int count) {
   m.expected = m.pending = count;
   m.tx = 0;
   m.phase = m.version = 0;
+  m.seen.assign((size_t)E.nthreads, -2);
   E.mbars[emu_smem_addr(bar)] = m;
 }
 
@@ -156,8 +157,17 @@ void emu_mbar_arrive(uint64_t *bar, uint32_t tx_bytes) {
   mbar_maybe_complete(m);
 }
 
+/* try_wait.parity sees only the parity of the current phase, so the phase a thread means
+ * is taken from its own history: the next one of that parity after the phase its last
+ * wait returned for (the same phase again, when the barrier has not moved since: a
+ * re-wait returns at once, on the GPU as here). A wait whose phase is two or more behind
+ * the current one would hang (two behind) or pass by aliasing (three): an abort. */
 void emu_mbar_wait(uint64_t *bar, int parity) {
   mbarrier &m = mbar_at(bar);
+  const int64_t seen = m.seen[(size_t)E.cur];
+  const int64_t c0 = (int64_t)m.phase;
+  int64_t want = (((seen + 1) & 1) == (parity & 1)) ? seen + 1 : seen + 2;
+  if (want == seen + 2 && c0 == seen + 1) want = seen; /* the phase it saw, again */
   for (;;) {
     std::vector<tma_copy> landing;
     landing.swap(m.copies);
@@ -166,10 +176,17 @@ void emu_mbar_wait(uint64_t *bar, int parity) {
       m.tx -= c.bytes;
       mbar_maybe_complete(m);
     }
+    if ((int64_t)m.phase >= want + 2) {
+      fprintf(stderr, "emu: mbarrier at shared address %u: parity-%d wait for phase %lld (this thread's last "
+                      "wait returned for phase %lld) with %llu phases completed\n",
+              emu_smem_addr(bar), parity & 1, (long long)want, (long long)seen, (unsigned long long)m.phase);
+      fail("mbarrier parity wait on a phase two or more behind the current one (parity aliasing)");
+    }
     /* the phase of parity p has completed iff the current (incomplete) one has the other */
-    if ((int)(m.phase & 1) != (parity & 1)) return;
+    if ((int)(m.phase & 1) != (parity & 1)) break;
     block_on(&m.version, m.version);
   }
+  m.seen[(size_t)E.cur] = (int64_t)m.phase - 1;
 }
 
 namespace {
