@@ -4,10 +4,12 @@
 #include "emu_internal.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <unordered_map>
 #include <vector>
@@ -109,6 +111,7 @@ void start_thread(thread_state &t) {
   t.wgmma_groups = 0;
   t.wgmma_fenced = 0;
   memset(t.bar_arrived, 0, sizeof t.bar_arrived);
+  t.store_pages = 0;
 }
 
 void run_block() {
@@ -150,6 +153,7 @@ void run_block() {
       E.cur = i;
       set_thread_index(i);
       emu_ctx_switch(&E.sched_sp, t.sp);
+      if (E.st.nopen) attribute_stores(); /* the slice's stores were thread i's */
       progress = 1;
       if (t.done) alive--;
     }
@@ -160,6 +164,7 @@ void run_block() {
       fail("deadlock: threads wait at a barrier or warp collective that others left");
     }
   }
+  tracker_disarm();
   for (const named_bar &b : E.named)
     if (b.count) fail("block ended with a named barrier phase half-filled");
   for (const auto &mb : E.mbars)
@@ -219,6 +224,169 @@ unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what) {
 
 unsigned char *async_at(uint32_t addr) { return E.async_smem.data() + (addr - E.smem_base); }
 
+/* ---- who stored to shared memory (store_tracker, emu_internal.h) ---------------------- */
+struct sigaction prev_segv;
+
+void on_segv(int sig, siginfo_t *si, void *ctx) {
+  store_tracker &T = E.st;
+  unsigned char *a = (unsigned char *)si->si_addr;
+  if (T.armed && a >= T.lo && a < T.lo + (size_t)T.npages * kPage) {
+    const int p = (int)((size_t)(a - T.lo) / kPage);
+    if (!T.is_open[p] && T.nopen < kMaxPages) {
+      T.is_open[p] = 1;
+      T.open[T.nopen++] = p;
+      mprotect(T.lo + (size_t)p * kPage, kPage, PROT_READ | PROT_WRITE);
+      return;
+    }
+  }
+  if (T.map && a >= T.map + kMaxPages * kPage && a < T.map + (kMaxPages + 1) * kPage) {
+    static const char msg[] = "emu: a plain load or store past the end of the block's shared memory\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing more to do */
+    }
+  }
+  /* not ours: the previous action, at the access's second fault */
+  (void)sig;
+  (void)ctx;
+  sigaction(SIGSEGV, &prev_segv, nullptr);
+}
+
+/* Maps the pages shared memory lives in (once) and places a launch's smem_bytes (+ 16
+ * bytes of slack, as before) so that they end at the guard page. */
+void tracker_place(size_t smem_bytes) {
+  store_tracker &T = E.st;
+  if (!T.map) {
+    const int fd = memfd_create("emu_smem", 0);
+    if (fd < 0 || ftruncate(fd, (off_t)((kMaxPages + 1) * kPage))) fail("cannot create shared memory");
+    void *m = mmap(nullptr, (kMaxPages + 1) * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *a = mmap(nullptr, kMaxPages * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || a == MAP_FAILED) fail("cannot map shared memory");
+    close(fd);
+    T.map = (unsigned char *)m;
+    T.alias = (unsigned char *)a;
+    mprotect(T.map + kMaxPages * kPage, kPage, PROT_NONE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &prev_segv);
+  }
+  const size_t bytes = (smem_bytes + 16 + 15) & ~(size_t)15;
+  unsigned char *end = T.map + kMaxPages * kPage;
+  E.smem = end - bytes;
+  T.lo = T.map + (size_t)(E.smem - T.map) / kPage * kPage;
+  T.npages = (int)((size_t)(end - T.lo) / kPage);
+  memset(E.smem, 0, bytes);
+}
+
+/* The block's first async-proxy operation: the pages read-only from here on; a byte that
+ * differs between the views now was stored by some thread before (unknown: the first
+ * fence.proxy.async by any thread publishes it, as the model did for every store). */
+void tracker_arm(void) {
+  store_tracker &T = E.st;
+  if (T.armed) return;
+  const size_t n = (size_t)T.npages * kPage, lo = (size_t)(T.lo - E.smem);
+  T.shadow.assign(T.lo, T.lo + n);
+  T.writer.assign(n, -1);
+  T.unknown = 0;
+  for (size_t i = 0; i < n; i++) {
+    const size_t off = i - lo; /* wraps below E.smem: never written there */
+    if (T.lo + i >= E.smem && off < E.smem_bytes && T.lo[i] != E.async_smem[off]) {
+      T.writer[i] = -2;
+      T.unknown = 1;
+    }
+  }
+  T.nopen = 0;
+  memset(T.is_open, 0, sizeof T.is_open);
+  mprotect(T.lo, n, PROT_READ);
+  T.armed = 1;
+}
+
+void tracker_disarm() {
+  store_tracker &T = E.st;
+  if (!T.armed) return;
+  T.armed = 0;
+  mprotect(T.lo, (size_t)T.npages * kPage, PROT_READ | PROT_WRITE);
+}
+
+void attribute_stores(void) {
+  store_tracker &T = E.st;
+  const int n = T.nopen;
+  if (!n) return;
+  int p0 = T.open[0], p1 = T.open[0];
+  for (int k = 1; k < n; k++) {
+    p0 = T.open[k] < p0 ? T.open[k] : p0;
+    p1 = T.open[k] > p1 ? T.open[k] : p1;
+  }
+  /* one call: the pages between the open ones are read-only already */
+  mprotect(T.lo + (size_t)p0 * kPage, (size_t)(p1 - p0 + 1) * kPage, PROT_READ);
+  for (int k = 0; k < n; k++) {
+    const int p = T.open[k];
+    unsigned char *pg = T.lo + (size_t)p * kPage, *sh = T.shadow.data() + (size_t)p * kPage;
+    int16_t *wr = T.writer.data() + (size_t)p * kPage;
+    T.is_open[p] = 0;
+    for (size_t i = 0; i < kPage; i += 8) {
+      uint64_t x, y;
+      memcpy(&x, pg + i, 8);
+      memcpy(&y, sh + i, 8);
+      if (x == y) continue;
+      for (size_t j = i; j < i + 8; j++)
+        if (pg[j] != sh[j]) {
+          if (pg + j < E.smem) fail("a thread stored below the block's shared memory");
+          wr[j] = (int16_t)E.cur;
+          sh[j] = pg[j];
+        }
+    }
+    E.th[E.cur].store_pages |= 1ull << p;
+  }
+  T.nopen = 0;
+}
+
+void publish_stores(void) {
+  attribute_stores();
+  store_tracker &T = E.st;
+  if (T.unknown) {
+    for (size_t i = 0; i < T.writer.size(); i++)
+      if (T.writer[i] == -2) {
+        E.async_smem[(size_t)(T.lo + i - E.smem)] = T.lo[i];
+        T.writer[i] = -1;
+      }
+    T.unknown = 0;
+  }
+  thread_state &t = E.th[E.cur];
+  const int16_t me = (int16_t)E.cur;
+  for (uint64_t m = t.store_pages; m; m &= m - 1) {
+    const size_t p = (size_t)__builtin_ctzll(m);
+    int16_t *wr = T.writer.data() + p * kPage;
+    const unsigned char *pg = T.lo + p * kPage;
+    for (size_t i = 0; i < kPage; i++)
+      if (wr[i] == me) {
+        E.async_smem[(size_t)(pg + i - E.smem)] = pg[i];
+        wr[i] = -1;
+      }
+  }
+  t.store_pages = 0;
+}
+
+void smem_write(void *dst, const void *src, int fill, size_t n, int who) {
+  store_tracker &T = E.st;
+  unsigned char *d = (unsigned char *)dst;
+  const size_t off = (size_t)(d - T.map), lo = (size_t)(T.lo - T.map);
+  if (src) memcpy(T.alias + off, src, n);
+  else memset(T.alias + off, fill, n);
+  if (!T.armed) return;
+  memcpy(T.shadow.data() + (off - lo), T.alias + off, n);
+  for (size_t i = 0; i < n; i++) T.writer[off - lo + i] = (int16_t)who;
+  if (who >= 0)
+    for (size_t p = (off - lo) / kPage; p <= (off - lo + n - 1) / kPage; p++) E.th[who].store_pages |= 1ull << p;
+}
+
+int unfenced_writer(const unsigned char *p) {
+  const store_tracker &T = E.st;
+  if (p < T.lo || p >= T.lo + (size_t)T.npages * kPage) return -1;
+  return T.writer[(size_t)(p - T.lo)];
+}
+
 uint16_t bits_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -255,8 +423,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<vo
    * device allows; sm_80 allows 163 KB */
   if (smem_bytes > 227 * 1024) fail("more than the 227 KB of dynamic shared memory a block may have");
   ensure_stacks(n);
-  std::vector<unsigned char> smem(smem_bytes + 16);
-  E.smem = smem.data();
+  tracker_place(smem_bytes);
   E.smem_bytes = smem_bytes;
   E.async_smem.assign(smem_bytes + 16, 0xFF);
   E.nthreads = n;
@@ -431,7 +598,7 @@ void emu_cp_async(void *smem_dst, const void *gmem_src, int bytes, int src_bytes
   if (((uintptr_t)smem_dst % (uintptr_t)bytes) || ((uintptr_t)gmem_src % (uintptr_t)bytes))
     fail("cp.async addresses not aligned to the copy size");
   check_smem(smem_dst, (size_t)bytes, "cp.async destination");
-  memset(smem_dst, 0xFF, (size_t)bytes); /* reads before the wait see NaN */
+  smem_write(smem_dst, nullptr, 0xFF, (size_t)bytes, E.cur); /* reads before the wait see NaN */
   E.th[E.cur].copies.push_back({smem_dst, gmem_src, bytes, src_bytes, -1});
 }
 
@@ -449,8 +616,9 @@ void emu_cp_wait(int pending_groups) {
   std::vector<pending_copy> keep;
   for (const pending_copy &c : t.copies) {
     if (c.group >= 0 && c.group < limit) {
-      if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
-      memset((unsigned char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+      if (c.src_bytes) smem_write(c.dst, c.src, 0, (size_t)c.src_bytes, E.cur);
+      if (c.bytes > c.src_bytes)
+        smem_write((unsigned char *)c.dst + c.src_bytes, nullptr, 0, (size_t)(c.bytes - c.src_bytes), E.cur);
     } else {
       keep.push_back(c);
     }

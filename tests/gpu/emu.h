@@ -58,9 +58,13 @@ void emu_cp_wait(int pending_groups);
  * must align their swizzled tiles themselves (the swizzle patterns key on the address).
  * Shared memory has two views, as the PTX ISA's proxies: what threads read and write (the
  * generic proxy) and what TMA and wgmma read (the async proxy). TMA loads write both;
- * thread stores reach the async view only at a fence.proxy.async (any thread's: the
- * model publishes every store made so far). wgmma and TMA stores abort when a byte they
- * read differs between the views (a store without the fence).
+ * a thread's stores reach the async view only at a fence.proxy.async of that thread (the
+ * model tracks which thread stored each byte last, by keeping the pages read-only from
+ * the block's first sm_90 operation and comparing each page a thread opened when its
+ * time slice ends; stores before that operation are published by any thread's fence).
+ * wgmma and TMA stores abort when a byte they read differs between the views (a store
+ * without its writer's fence), naming the writer. Shared memory ends at a guard page: a
+ * plain load or store past its end faults.
  * mbarriers: phases complete when the arrivals of the init count are in and the
  * transaction count is back to 0 (both counts checked against the ISA's 2^20 - 1); a
  * wait blocks until the phase of the given parity has completed; the phase a thread means

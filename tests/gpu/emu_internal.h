@@ -57,6 +57,31 @@ struct thread_state {
   std::unordered_map<float *, std::vector<float>> wgmma_acc; /* accumulators in flight */
   int wgmma_groups, wgmma_fenced;
   uint64_t bar_arrived[16]; /* named barrier id: 1 + the phase this thread bar.arrive'd in, or 0 */
+  uint64_t store_pages;     /* shared-memory pages holding its stores not yet fenced (bit p) */
+};
+
+/* Who wrote shared memory (the generic proxy), for fence.proxy.async, which publishes only
+ * the executing thread's stores. Thread stores are plain host stores, so the pages of the
+ * block's shared memory are kept read-only: a thread's first store to a page in its time
+ * slice faults, the page opens, and when the slice ends (or the thread fences) the open
+ * pages are compared with their shadow: the bytes that changed are that thread's. Shared
+ * memory ends at a no-access guard page (an overrun by a plain load or store faults). */
+const size_t kPage = 4096;
+const int kMaxPages = 64;
+struct store_tracker {
+  unsigned char *map = nullptr;   /* kMaxPages pages, then the guard page */
+  unsigned char *alias = nullptr; /* the same kMaxPages pages, always writable */
+  unsigned char *lo = nullptr;  /* the first page of the block's shared memory */
+  int npages = 0;
+  volatile int armed = 0;
+  volatile int nopen = 0;
+  int unknown = 0; /* some writer is -2: stored before arming, by an unknown thread */
+  int open[kMaxPages]; /* pages opened in the running slice */
+  unsigned char is_open[kMaxPages];
+  std::vector<unsigned char> shadow; /* [npages * kPage] the generic view at the last attribution */
+  std::vector<int16_t> writer;       /* [npages * kPage] the thread of an unfenced store, or -1 */
+  /* Armed (the pages read-only) at a block's first sm_90 operation (mbarrier.init, TMA,
+   * wgmma, fence.proxy.async, setmaxnreg): blocks of kernels without any pay nothing. */
 };
 
 struct tma_copy {
@@ -152,6 +177,7 @@ struct emulator {
   uint64_t bar_gen = 0;
   int bar_or = 0, bar_or_result = 0;
   named_bar named[kNamedBars];
+  store_tracker st;
   uint64_t rng = 0x9E3779B97F4A7C15ull;
   size_t stacks_mapped = 0;
 };
@@ -167,6 +193,21 @@ void check_smem(const void *p, size_t bytes, const char *what);
  * the async view's. */
 unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what);
 unsigned char *async_at(uint32_t addr);
+/* Shared memory for a launch (mapped once, ending at the guard page); arming (once a
+ * block, at its first sm_90 operation); at block end writable again. */
+void tracker_place(size_t smem_bytes);
+void tracker_arm(void);
+void tracker_disarm(void);
+/* The running thread's stores since its slice began are attributed to it (store_tracker). */
+void attribute_stores(void);
+/* fence.proxy.async by the running thread: its attributed stores reach the async view. */
+void publish_stores(void);
+/* The emulator's own writes of shared memory, past the page protection: n bytes of src
+ * (fill, where src is NULL) at dst, as thread who's store (cp.async: the generic proxy) or,
+ * who -1, as no thread's (a TMA load, which writes the async view too, or poison). */
+void smem_write(void *dst, const void *src, int fill, size_t n, int who);
+/* The thread whose store to shared byte p is not yet fenced, or -1. */
+int unfenced_writer(const unsigned char *p);
 
 } // namespace emu_detail
 

@@ -93,8 +93,7 @@ void tma_land(const tma_copy &c) {
   box_walk(m, c.c, [&](uint32_t L, const unsigned char *g) {
     const uint32_t a = emu_swizzle(base + L, m.swizzle_bytes);
     unsigned char *dst = smem_at(a, eb, "TMA load destination");
-    if (g) memcpy(dst, g, eb);
-    else memset(dst, 0, eb);
+    smem_write(dst, g, 0, eb, -1);
     memcpy(async_at(a), dst, eb);
   });
 }
@@ -138,6 +137,7 @@ int emu_tmap_encode(emu_tmap *m, const void *base, int rank, int elem_bytes, con
 }
 
 void emu_mbar_init(uint64_t *bar, int count) {
+  tracker_arm();
   check_smem(bar, 8, "mbarrier");
   if ((uintptr_t)bar % 8) fail("mbarrier not 8-byte aligned");
   if (count < 1 || count > kMbarMax) fail("mbarrier.init count outside 1 .. 2^20 - 1");
@@ -218,6 +218,7 @@ void check_tma_overwrite(uint32_t dst, uint32_t bytes) {
 } // namespace
 
 void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar) {
+  tracker_arm();
   mbarrier &m = mbar_at(bar);
   tma_copy c;
   c.dst = (unsigned char *)smem_dst;
@@ -226,7 +227,7 @@ void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64
   for (int i = 0; i < 5; i++) c.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_dst, *map, c.bytes, "TMA load destination");
   check_tma_overwrite(emu_smem_addr(smem_dst), c.bytes);
-  memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN (both views) */
+  smem_write(smem_dst, nullptr, 0xFF, c.bytes, -1); /* reads before the mbarrier wait see NaN (both views) */
   memset(async_at(emu_smem_addr(smem_dst)), 0xFF, c.bytes);
   m.copies.push_back(c);
   m.version++;
@@ -238,15 +239,17 @@ wg_state &my_wg(void) { return E.wgs[(size_t)E.cur / 128]; }
 bulk_thread &my_bulk(void) { return my_wg().bulk[E.cur % 128]; }
 } // namespace
 
-/* The thread's stores so far (and, in this model, every other thread's) become visible to
- * the async proxy. */
+/* The executing thread's stores so far (the bytes whose last store is its own) become
+ * visible to the async proxy; other threads' stores do not. */
 void emu_fence_proxy_async(void) {
+  tracker_arm();
   const int me = E.cur % 128;
   my_wg().fenced[me / 32] |= 1u << (me % 32);
-  memcpy(E.async_smem.data(), E.smem, E.smem_bytes);
+  publish_stores();
 }
 
 void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords) {
+  tracker_arm();
   wg_state &w = my_wg();
   const int base = E.cur / 128 * 128, nthr = E.nthreads - base < 128 ? E.nthreads - base : 128;
   for (int t = 0; t < nthr; t++)
@@ -262,8 +265,20 @@ void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords)
   for (int i = 0; i < 5; i++) s.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_src, *map, box_bytes(*map), "TMA store source");
   s.data = store_read(s, 1);
-  if (store_read(s, 0) != s.data)
+  const std::vector<unsigned char> now = store_read(s, 0);
+  if (now != s.data) {
+    attribute_stores();
+    const uint32_t base = emu_smem_addr(smem_src), eb = (uint32_t)map->elem_bytes;
+    int who = -1;
+    box_walk(*map, s.c, [&](uint32_t L, const unsigned char *) {
+      const unsigned char *g = smem_at(emu_swizzle(base + L, map->swizzle_bytes), eb, "TMA store source");
+      for (uint32_t b = 0; b < eb && who < 0; b++)
+        if (now[L + b] != s.data[L + b]) who = unfenced_writer(g + b);
+    });
+    fprintf(stderr, "emu: a byte of the box stored by thread %d without a fence.proxy.async of its own since\n",
+            who);
     fail("TMA store of shared memory written by threads after the last fence.proxy.async");
+  }
   my_bulk().stores.push_back(s);
 }
 
@@ -342,7 +357,11 @@ void read_operand(wgmma_operands &o, std::vector<float> &out, uint64_t desc, int
       memcpy(&h, smem_at(a, 2, "wgmma operand"), 2);
       memcpy(&ha, async_at(a), 2);
       if (h != ha) {
-        fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u\n", mn, k, a);
+        attribute_stores();
+        const unsigned char *g = smem_at(a, 2, "wgmma operand");
+        const int w0 = unfenced_writer(g), w1 = unfenced_writer(g + 1);
+        fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u, stored by thread %d "
+                        "without a fence.proxy.async of its own since\n", mn, k, a, w0 >= 0 ? w0 : w1);
         fail("wgmma reads shared memory that threads wrote without a fence.proxy.async after");
       }
       o.addr.push_back(a);
@@ -467,6 +486,7 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
   if (E.nthreads % 128) fail("wgmma in a block whose size is not a multiple of 128");
   if (n % 8 || n < 8 || n > 256) fail("wgmma N must be a multiple of 8 up to 256");
   if (a_regs && trans_a) fail("wgmma with A from registers cannot transpose A");
+  tracker_arm();
   thread_state &t = E.th[E.cur];
   if (!t.wgmma_fenced) fail("wgmma.mma_async without a wgmma.fence since the last wait");
   wg_state &w = E.wgs[(size_t)E.cur / 128];
@@ -505,6 +525,7 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
 
 /* ---- setmaxnreg (emu.h) ---------------------------------------------------------------- */
 void emu_setmaxnreg(int n, int inc) {
+  tracker_arm();
   if (n < 24 || n > 256 || n % 8) fail("setmaxnreg count must be a multiple of 8 in 24-256");
   if (E.nthreads % 128) fail("setmaxnreg in a block whose size is not a multiple of 128");
   wg_state &w = my_wg();
