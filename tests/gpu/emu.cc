@@ -77,6 +77,7 @@ extern "C" void emu_thread_entry() {
   if (!t.copies.empty()) fail("thread exited with cp.async copies never waited for");
   if (!t.wgmma.empty()) fail("thread exited with wgmma operations never waited for");
   t.done = 1;
+  named_lane_exited();
   yield_to_scheduler();
   fail("finished thread resumed");
 }
@@ -158,6 +159,9 @@ void run_block() {
       if (t.done) alive--;
     }
     if (!progress) {
+      if (report_partial_warps())
+        fail("deadlock: lanes of a warp wait at a named barrier the rest of the warp never executes "
+             "(bar.sync / bar.arrive count whole warps)");
       if (E.reg_waiters)
         fprintf(stderr, "emu: %d warpgroup(s) wait in setmaxnreg.inc for registers the CTA's pool (%lld) "
                         "never gets\n", E.reg_waiters, (long long)E.reg_pool);
@@ -466,40 +470,98 @@ void emu_syncthreads(void) {
 }
 
 namespace {
-/* One arrival at named barrier id; returns the generation it joined (and whether the
- * arrival completed the phase, through *completed). */
-uint64_t named_arrive(int id, int count, int *completed) {
+/* The live (not exited) lanes of warp w. */
+uint32_t live_lanes(int w) {
+  uint32_t m = 0;
+  for (int l = 0; l < 32 && 32 * w + l < E.nthreads; l++)
+    if (!E.th[(size_t)(32 * w + l)].done) m |= 1u << l;
+  return m;
+}
+
+/* Warp w's arrival at named barrier id, once all its live lanes are in: 32 arrivals (PTX
+ * ISA, barrier.cta: the barrier is executed per warp, as if all its threads were active;
+ * a thread count must be a multiple of the warp size). */
+void named_warp_arrives(int w, int id) {
+  warp_state &ws = E.warps[(size_t)w];
+  named_bar &b = E.named[id];
+  const int count = ws.nb_count[id];
+  if (b.count == 0) b.expected = count;
+  else if (b.expected != count) fail("arrivals at a named barrier phase gave different counts");
+  for (int l = 0; l < 32; l++)
+    if ((ws.nb_lanes[id] >> l) & 1) E.th[(size_t)(32 * w + l)].bar_joined = b.gen;
+  ws.nb_lanes[id] = 0;
+  ws.nb_gen[id]++;
+  b.count += 32;
+  if (b.count == b.expected) {
+    b.count = 0;
+    b.gen++;
+  }
+}
+
+/* One lane's arrival at named barrier id (kind 1 sync, 2 arrive): it waits for the other
+ * live lanes of its warp (all must execute the same instruction: bar.sync / bar.arrive are
+ * .aligned), then returns the phase its warp joined. */
+uint64_t named_arrive(int id, int count, int kind) {
   if (id < 0 || id >= kNamedBars) fail("named barrier id outside 0-15");
   /* barrier 0 is __syncthreads' (bar.sync 0): the model keeps it apart, a GPU does not */
   if (id == 0) fail("named barrier 0 used with a count: it is the one __syncthreads uses");
   if (count <= 0 || count % 32 || count > E.nthreads) fail("named barrier count not a multiple of 32 within the block");
-  named_bar &b = E.named[id];
-  if (b.count == 0) b.expected = count;
-  else if (b.expected != count) fail("arrivals at a named barrier phase gave different counts");
-  const uint64_t g = b.gen;
+  thread_state &t = E.th[(size_t)E.cur];
   /* PTX ISA, barrier.cta: a warp that executed barrier.arrive must not execute another
    * barrier instruction on the same barrier before the barrier resets (unpredictable) */
-  if (E.th[E.cur].bar_arrived[id] == g + 1)
+  if (t.bar_arrived[id] == E.named[id].gen + 1)
     fail("a thread reused a named barrier it arrived at (bar.arrive) before the phase completed");
-  *completed = ++b.count == b.expected;
-  if (*completed) {
-    b.count = 0;
-    b.gen++;
+  const int w = E.cur / 32, lane = E.cur % 32;
+  warp_state &ws = E.warps[(size_t)w];
+  if (ws.nb_lanes[id] == 0) {
+    ws.nb_kind[id] = kind;
+    ws.nb_count[id] = count;
+  } else if (ws.nb_kind[id] != kind || ws.nb_count[id] != count) {
+    fprintf(stderr, "emu: named barrier %d: lanes of warp %d executed bar.%s %d and bar.%s %d\n", id, w,
+            ws.nb_kind[id] == 1 ? "sync" : "arrive", ws.nb_count[id], kind == 1 ? "sync" : "arrive", count);
+    fail("lanes of a warp executed different named-barrier instructions (they are per warp, .aligned)");
   }
-  return g;
+  ws.nb_lanes[id] |= 1u << lane;
+  const uint64_t g = ws.nb_gen[id];
+  if (ws.nb_lanes[id] == live_lanes(w)) named_warp_arrives(w, id);
+  else block_on(&ws.nb_gen[id], g);
+  return t.bar_joined;
 }
+
 } // namespace
 
+/* Deadlock: warps that only some lanes brought to a named barrier (each reported). */
+int emu_detail::report_partial_warps(void) {
+  int n = 0;
+  for (size_t w = 0; w < E.warps.size(); w++)
+    for (int id = 0; id < kNamedBars; id++)
+      if (E.warps[w].nb_lanes[id]) {
+        fprintf(stderr, "emu: named barrier %d: warp %zu has lanes 0x%08x of 0x%08x at bar.%s %d\n", id, w,
+                E.warps[w].nb_lanes[id], live_lanes((int)w), E.warps[w].nb_kind[id] == 1 ? "sync" : "arrive",
+                E.warps[w].nb_count[id]);
+        n++;
+      }
+  return n;
+}
+
+/* A lane exited: its warp's arrivals in progress may now have every live lane. */
+void emu_detail::named_lane_exited(void) {
+  const int w = E.cur / 32;
+  if ((size_t)w >= E.warps.size()) return;
+  warp_state &ws = E.warps[(size_t)w];
+  const uint32_t live = live_lanes(w);
+  for (int id = 0; id < kNamedBars; id++)
+    if (ws.nb_lanes[id] && ws.nb_lanes[id] == live) named_warp_arrives(w, id);
+}
+
 void emu_named_bar_sync(int id, int count) {
-  int completed;
-  const uint64_t g = named_arrive(id, count, &completed);
-  if (!completed) block_on(&E.named[id].gen, g);
+  const uint64_t g = named_arrive(id, count, 1);
+  if (E.named[id].gen == g) block_on(&E.named[id].gen, g);
 }
 
 void emu_named_bar_arrive(int id, int count) {
-  int completed;
-  const uint64_t g = named_arrive(id, count, &completed);
-  if (!completed) E.th[E.cur].bar_arrived[id] = g + 1;
+  const uint64_t g = named_arrive(id, count, 2);
+  if (E.named[id].gen == g) E.th[(size_t)E.cur].bar_arrived[id] = g + 1;
 }
 
 int emu_syncthreads_or(int pred) {

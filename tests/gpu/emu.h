@@ -33,8 +33,12 @@ void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<vo
 unsigned char *emu_smem(void);
 void emu_syncthreads(void);
 /* Named barriers 0-15 (bar.sync / bar.arrive id, count): count threads, a multiple of 32,
- * complete a phase; sync waits for it, arrive does not. Every arrival of a phase must
- * give the same count; a block may not end with a phase half-filled. */
+ * complete a phase; sync waits for it, arrive does not. They count whole warps, as the
+ * GPU: a lane waits for the other live (not exited) lanes of its warp, which must execute
+ * the same instruction (the same kind and count: else an abort), and then its warp adds 32;
+ * a warp only some of whose lanes come is a deadlock reported by warp and lane mask. Every
+ * arrival of a phase must give the same count; a block may not end with a phase
+ * half-filled. */
 void emu_named_bar_sync(int id, int count);
 void emu_named_bar_arrive(int id, int count);
 int emu_syncthreads_or(int pred);

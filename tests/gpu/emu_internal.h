@@ -58,6 +58,7 @@ struct thread_state {
   int wgmma_groups, wgmma_fenced;
   uint64_t bar_arrived[16]; /* named barrier id: 1 + the phase this thread bar.arrive'd in, or 0 */
   uint64_t store_pages;     /* shared-memory pages holding its stores not yet fenced (bit p) */
+  uint64_t bar_joined;      /* named barriers: the phase its warp's last arrival joined */
 };
 
 /* Who wrote shared memory (the generic proxy), for fence.proxy.async, which publishes only
@@ -145,11 +146,16 @@ struct warp_state {
   uint64_t gen;
   int op[2];
   warp_slot slot[2][32];
+  /* named barriers count whole warps: per id, the lanes at its arrival in progress, the
+   * instruction (1 sync, 2 arrive) and count they executed, bumped when it completes */
+  uint32_t nb_lanes[16];
+  int nb_kind[16], nb_count[16];
+  uint64_t nb_gen[16];
 };
 
 enum { OP_SHFL = 1, OP_ANY, OP_SYNCWARP, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16 };
 
-/* A named barrier (bar.sync / bar.arrive id, count): arrivals in threads. */
+/* A named barrier (bar.sync / bar.arrive id, count): arrivals in threads, 32 per warp. */
 struct named_bar {
   int count, expected;
   uint64_t gen;
@@ -187,6 +193,10 @@ extern emulator E;
 [[noreturn]] void fail(const char *what);
 /* Blocks the current thread until *gen != val (other threads run meanwhile). */
 void block_on(const uint64_t *gen, uint64_t val);
+/* Named barriers (emu.cc): a lane exited (its warp's arrivals may be complete now); the
+ * warps only some of whose lanes are at a named barrier, reported (their number). */
+void named_lane_exited(void);
+int report_partial_warps(void);
 /* Aborts with a message unless [p, p + bytes) lies in the block's shared memory. */
 void check_smem(const void *p, size_t bytes, const char *what);
 /* The generic view's byte at shared address addr ([addr, addr + bytes) bounds-checked), and
