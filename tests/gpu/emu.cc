@@ -111,6 +111,8 @@ void start_thread(thread_state &t) {
   t.wgmma_acc.clear();
   t.wgmma_groups = 0;
   t.wgmma_fenced = 0;
+  t.wg_regs.clear();
+  t.wg_snap.clear();
   memset(t.bar_arrived, 0, sizeof t.bar_arrived);
   t.store_pages = 0;
 }

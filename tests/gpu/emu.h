@@ -80,7 +80,9 @@ void emu_cp_wait(int pending_groups);
  * (4 consecutive warps): operands are read at the issue and must be unchanged when each
  * warp's wgmma.wait_group retires the group (shared memory and the A registers: else an
  * abort), the accumulators read as NaN until then (and must not be written: an abort),
- * an mma_async needs a wgmma.fence since the thread's last wait, and a swizzled
+ * an mma_async needs a wgmma.fence since the thread's last wait, its accumulators (unless
+ * in flight: a chain) and A registers must be as they were at that fence (registers known
+ * from the thread's earlier issues: a loop's first iteration is not checked), and a swizzled
  * descriptor's start must lie in the first 128-byte row of its swizzle pattern (base
  * offset 0 is all the model knows). */
 struct emu_tmap {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <memory>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +57,10 @@ struct thread_state {
   std::vector<wgmma_op> wgmma;
   std::unordered_map<float *, std::vector<float>> wgmma_acc; /* accumulators in flight */
   int wgmma_groups, wgmma_fenced;
+  /* the registers (accumulators, A fragments) its wgmma issues have used, (address,
+   * 32-bit words), and their values at its last wgmma.fence (wg_snap, concatenated) */
+  std::vector<std::pair<const uint32_t *, int>> wg_regs;
+  std::vector<uint32_t> wg_snap;
   uint64_t bar_arrived[16]; /* named barrier id: 1 + the phase this thread bar.arrive'd in, or 0 */
   uint64_t store_pages;     /* shared-memory pages holding its stores not yet fenced (bit p) */
   uint64_t bar_joined;      /* named barriers: the phase its warp's last arrival joined */

@@ -444,7 +444,36 @@ void check_unchanged(const wgmma_op &op) {
 }
 } // namespace
 
-void emu_wgmma_fence(void) { E.th[E.cur].wgmma_fenced = 1; }
+/* The thread's wgmma registers as they are at the fence: a wgmma.mma_async issued after it
+ * must find its accumulators (unless in flight: chained, implicitly ordered) and A
+ * fragments unchanged (PTX ISA, wgmma.fence: it must sit between a register access and the
+ * wgmma.mma_async that accesses the same registers). Registers are known from the
+ * thread's earlier issues: a loop's first iteration goes unchecked. */
+void emu_wgmma_fence(void) {
+  thread_state &t = E.th[E.cur];
+  t.wgmma_fenced = 1;
+  t.wg_snap.clear();
+  for (const auto &r : t.wg_regs) t.wg_snap.insert(t.wg_snap.end(), r.first, r.first + r.second);
+}
+
+namespace {
+/* At an issue: the registers [p, p + words) against their values at the fence (when
+ * known), then known for the next fence. */
+void check_fenced_regs(thread_state &t, const uint32_t *p, int words, const char *what) {
+  size_t off = 0;
+  for (const auto &r : t.wg_regs) {
+    if (r.first == p && r.second == words) {
+      if (off + (size_t)words <= t.wg_snap.size() && memcmp(t.wg_snap.data() + off, p, (size_t)words * 4)) {
+        fprintf(stderr, "emu: wgmma.mma_async %s registers at %p (%d words)\n", what, (const void *)p, words);
+        fail("wgmma registers written between the wgmma.fence and the wgmma.mma_async that uses them");
+      }
+      return;
+    }
+    off += (size_t)r.second;
+  }
+  if (t.wg_regs.size() < 64) t.wg_regs.push_back({p, words});
+}
+} // namespace
 
 void emu_wgmma_commit(void) {
   thread_state &t = E.th[E.cur];
@@ -489,6 +518,8 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
   tracker_arm();
   thread_state &t = E.th[E.cur];
   if (!t.wgmma_fenced) fail("wgmma.mma_async without a wgmma.fence since the last wait");
+  if (!t.wgmma_acc.count(d)) check_fenced_regs(t, (const uint32_t *)d, n / 2, "accumulator");
+  if (a_regs) check_fenced_regs(t, a_regs, 4, "A-fragment");
   wg_state &w = E.wgs[(size_t)E.cur / 128];
   const int buf = (int)(w.gen & 1), me = E.cur % 128;
   wg_slot &s = w.slot[buf][me];
