@@ -1,6 +1,8 @@
 /* emu.cc — the coroutine scheduler and the PTX fragment semantics behind emu.h: CUDA
  * threads as x86-64 coroutines on one OS thread, collectives with two alternating
- * exchange buffers, ldmatrix / mma.m16n8k16 written from the PTX ISA's layout tables. */
+ * exchange buffers, named barriers counted per warp, ldmatrix / mma.m16n8k16 written from
+ * the PTX ISA's layout tables, and the record of which thread stored each shared-memory
+ * byte (read-only pages, for fence.proxy.async). */
 #include "emu_internal.h"
 
 #include <math.h>
