@@ -275,8 +275,8 @@ void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords)
       for (uint32_t b = 0; b < eb && who < 0; b++)
         if (now[L + b] != s.data[L + b]) who = unfenced_writer(g + b);
     });
-    fprintf(stderr, "emu: a byte of the box stored by thread %d without a fence.proxy.async of its own since\n",
-            who);
+    fprintf(stderr, "emu: a byte of the box stored by thread %d (-1: none known) without a fence.proxy.async "
+                    "of its own since\n", who);
     fail("TMA store of shared memory written by threads after the last fence.proxy.async");
   }
   my_bulk().stores.push_back(s);
@@ -360,8 +360,9 @@ void read_operand(wgmma_operands &o, std::vector<float> &out, uint64_t desc, int
         attribute_stores();
         const unsigned char *g = smem_at(a, 2, "wgmma operand");
         const int w0 = unfenced_writer(g), w1 = unfenced_writer(g + 1);
+        const int who = w0 >= 0 ? w0 : w1;
         fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u, stored by thread %d "
-                        "without a fence.proxy.async of its own since\n", mn, k, a, w0 >= 0 ? w0 : w1);
+                        "(-1: none known) without a fence.proxy.async of its own since\n", mn, k, a, who);
         fail("wgmma reads shared memory that threads wrote without a fence.proxy.async after");
       }
       o.addr.push_back(a);
