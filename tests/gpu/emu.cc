@@ -1,13 +1,17 @@
 /* emu.cc — the coroutine scheduler and the PTX fragment semantics behind emu.h: CUDA
  * threads as x86-64 coroutines on one OS thread, collectives with two alternating
- * exchange buffers, ldmatrix / mma.m16n8k16 written from the PTX ISA's layout tables. */
+ * exchange buffers, named barriers counted per warp, ldmatrix / mma.m16n8k16 written from
+ * the PTX ISA's layout tables, and the record of which thread stored each shared-memory
+ * byte (read-only pages, for fence.proxy.async). */
 #include "emu_internal.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <unordered_map>
 #include <vector>
@@ -75,6 +79,7 @@ extern "C" void emu_thread_entry() {
   if (!t.copies.empty()) fail("thread exited with cp.async copies never waited for");
   if (!t.wgmma.empty()) fail("thread exited with wgmma operations never waited for");
   t.done = 1;
+  named_lane_exited();
   yield_to_scheduler();
   fail("finished thread resumed");
 }
@@ -108,7 +113,10 @@ void start_thread(thread_state &t) {
   t.wgmma_acc.clear();
   t.wgmma_groups = 0;
   t.wgmma_fenced = 0;
+  t.wg_regs.clear();
+  t.wg_snap.clear();
   memset(t.bar_arrived, 0, sizeof t.bar_arrived);
+  t.store_pages = 0;
 }
 
 void run_block() {
@@ -150,16 +158,21 @@ void run_block() {
       E.cur = i;
       set_thread_index(i);
       emu_ctx_switch(&E.sched_sp, t.sp);
+      if (E.st.nopen) attribute_stores(); /* the slice's stores were thread i's */
       progress = 1;
       if (t.done) alive--;
     }
     if (!progress) {
+      if (report_partial_warps())
+        fail("deadlock: lanes of a warp wait at a named barrier the rest of the warp never executes "
+             "(bar.sync / bar.arrive count whole warps)");
       if (E.reg_waiters)
         fprintf(stderr, "emu: %d warpgroup(s) wait in setmaxnreg.inc for registers the CTA's pool (%lld) "
                         "never gets\n", E.reg_waiters, (long long)E.reg_pool);
       fail("deadlock: threads wait at a barrier or warp collective that others left");
     }
   }
+  tracker_disarm();
   for (const named_bar &b : E.named)
     if (b.count) fail("block ended with a named barrier phase half-filled");
   for (const auto &mb : E.mbars)
@@ -219,6 +232,169 @@ unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what) {
 
 unsigned char *async_at(uint32_t addr) { return E.async_smem.data() + (addr - E.smem_base); }
 
+/* ---- who stored to shared memory (store_tracker, emu_internal.h) ---------------------- */
+struct sigaction prev_segv;
+
+void on_segv(int sig, siginfo_t *si, void *ctx) {
+  store_tracker &T = E.st;
+  unsigned char *a = (unsigned char *)si->si_addr;
+  if (T.armed && a >= T.lo && a < T.lo + (size_t)T.npages * kPage) {
+    const int p = (int)((size_t)(a - T.lo) / kPage);
+    if (!T.is_open[p] && T.nopen < kMaxPages) {
+      T.is_open[p] = 1;
+      T.open[T.nopen++] = p;
+      mprotect(T.lo + (size_t)p * kPage, kPage, PROT_READ | PROT_WRITE);
+      return;
+    }
+  }
+  if (T.map && a >= T.map + kMaxPages * kPage && a < T.map + (kMaxPages + 1) * kPage) {
+    static const char msg[] = "emu: a plain load or store past the end of the block's shared memory\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing more to do */
+    }
+  }
+  /* not ours: the previous action, at the access's second fault */
+  (void)sig;
+  (void)ctx;
+  sigaction(SIGSEGV, &prev_segv, nullptr);
+}
+
+/* Maps the pages shared memory lives in (once) and places a launch's smem_bytes (+ 16
+ * bytes of slack, as before) so that they end at the guard page. */
+void tracker_place(size_t smem_bytes) {
+  store_tracker &T = E.st;
+  if (!T.map) {
+    const int fd = memfd_create("emu_smem", 0);
+    if (fd < 0 || ftruncate(fd, (off_t)((kMaxPages + 1) * kPage))) fail("cannot create shared memory");
+    void *m = mmap(nullptr, (kMaxPages + 1) * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *a = mmap(nullptr, kMaxPages * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || a == MAP_FAILED) fail("cannot map shared memory");
+    close(fd);
+    T.map = (unsigned char *)m;
+    T.alias = (unsigned char *)a;
+    mprotect(T.map + kMaxPages * kPage, kPage, PROT_NONE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &prev_segv);
+  }
+  const size_t bytes = (smem_bytes + 16 + 15) & ~(size_t)15;
+  unsigned char *end = T.map + kMaxPages * kPage;
+  E.smem = end - bytes;
+  T.lo = T.map + (size_t)(E.smem - T.map) / kPage * kPage;
+  T.npages = (int)((size_t)(end - T.lo) / kPage);
+  memset(E.smem, 0, bytes);
+}
+
+/* The block's first async-proxy operation: the pages read-only from here on; a byte that
+ * differs between the views now was stored by some thread before (unknown: the first
+ * fence.proxy.async by any thread publishes it, as the model did for every store). */
+void tracker_arm(void) {
+  store_tracker &T = E.st;
+  if (T.armed) return;
+  const size_t n = (size_t)T.npages * kPage, lo = (size_t)(T.lo - E.smem);
+  T.shadow.assign(T.lo, T.lo + n);
+  T.writer.assign(n, -1);
+  T.unknown = 0;
+  for (size_t i = 0; i < n; i++) {
+    const size_t off = i - lo; /* wraps below E.smem: never written there */
+    if (T.lo + i >= E.smem && off < E.smem_bytes && T.lo[i] != E.async_smem[off]) {
+      T.writer[i] = -2;
+      T.unknown = 1;
+    }
+  }
+  T.nopen = 0;
+  memset(T.is_open, 0, sizeof T.is_open);
+  mprotect(T.lo, n, PROT_READ);
+  T.armed = 1;
+}
+
+void tracker_disarm() {
+  store_tracker &T = E.st;
+  if (!T.armed) return;
+  T.armed = 0;
+  mprotect(T.lo, (size_t)T.npages * kPage, PROT_READ | PROT_WRITE);
+}
+
+void attribute_stores(void) {
+  store_tracker &T = E.st;
+  const int n = T.nopen;
+  if (!n) return;
+  int p0 = T.open[0], p1 = T.open[0];
+  for (int k = 1; k < n; k++) {
+    p0 = T.open[k] < p0 ? T.open[k] : p0;
+    p1 = T.open[k] > p1 ? T.open[k] : p1;
+  }
+  /* one call: the pages between the open ones are read-only already */
+  mprotect(T.lo + (size_t)p0 * kPage, (size_t)(p1 - p0 + 1) * kPage, PROT_READ);
+  for (int k = 0; k < n; k++) {
+    const int p = T.open[k];
+    unsigned char *pg = T.lo + (size_t)p * kPage, *sh = T.shadow.data() + (size_t)p * kPage;
+    int16_t *wr = T.writer.data() + (size_t)p * kPage;
+    T.is_open[p] = 0;
+    for (size_t i = 0; i < kPage; i += 8) {
+      uint64_t x, y;
+      memcpy(&x, pg + i, 8);
+      memcpy(&y, sh + i, 8);
+      if (x == y) continue;
+      for (size_t j = i; j < i + 8; j++)
+        if (pg[j] != sh[j]) {
+          if (pg + j < E.smem) fail("a thread stored below the block's shared memory");
+          wr[j] = (int16_t)E.cur;
+          sh[j] = pg[j];
+        }
+    }
+    E.th[E.cur].store_pages |= 1ull << p;
+  }
+  T.nopen = 0;
+}
+
+void publish_stores(void) {
+  attribute_stores();
+  store_tracker &T = E.st;
+  if (T.unknown) {
+    for (size_t i = 0; i < T.writer.size(); i++)
+      if (T.writer[i] == -2) {
+        E.async_smem[(size_t)(T.lo + i - E.smem)] = T.lo[i];
+        T.writer[i] = -1;
+      }
+    T.unknown = 0;
+  }
+  thread_state &t = E.th[E.cur];
+  const int16_t me = (int16_t)E.cur;
+  for (uint64_t m = t.store_pages; m; m &= m - 1) {
+    const size_t p = (size_t)__builtin_ctzll(m);
+    int16_t *wr = T.writer.data() + p * kPage;
+    const unsigned char *pg = T.lo + p * kPage;
+    for (size_t i = 0; i < kPage; i++)
+      if (wr[i] == me) {
+        E.async_smem[(size_t)(pg + i - E.smem)] = pg[i];
+        wr[i] = -1;
+      }
+  }
+  t.store_pages = 0;
+}
+
+void smem_write(void *dst, const void *src, int fill, size_t n, int who) {
+  store_tracker &T = E.st;
+  unsigned char *d = (unsigned char *)dst;
+  const size_t off = (size_t)(d - T.map), lo = (size_t)(T.lo - T.map);
+  if (src) memcpy(T.alias + off, src, n);
+  else memset(T.alias + off, fill, n);
+  if (!T.armed) return;
+  memcpy(T.shadow.data() + (off - lo), T.alias + off, n);
+  for (size_t i = 0; i < n; i++) T.writer[off - lo + i] = (int16_t)who;
+  if (who >= 0)
+    for (size_t p = (off - lo) / kPage; p <= (off - lo + n - 1) / kPage; p++) E.th[who].store_pages |= 1ull << p;
+}
+
+int unfenced_writer(const unsigned char *p) {
+  const store_tracker &T = E.st;
+  if (p < T.lo || p >= T.lo + (size_t)T.npages * kPage) return -1;
+  return T.writer[(size_t)(p - T.lo)];
+}
+
 uint16_t bits_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -255,8 +431,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<vo
    * device allows; sm_80 allows 163 KB */
   if (smem_bytes > 227 * 1024) fail("more than the 227 KB of dynamic shared memory a block may have");
   ensure_stacks(n);
-  std::vector<unsigned char> smem(smem_bytes + 16);
-  E.smem = smem.data();
+  tracker_place(smem_bytes);
   E.smem_bytes = smem_bytes;
   E.async_smem.assign(smem_bytes + 16, 0xFF);
   E.nthreads = n;
@@ -299,40 +474,98 @@ void emu_syncthreads(void) {
 }
 
 namespace {
-/* One arrival at named barrier id; returns the generation it joined (and whether the
- * arrival completed the phase, through *completed). */
-uint64_t named_arrive(int id, int count, int *completed) {
+/* The live (not exited) lanes of warp w. */
+uint32_t live_lanes(int w) {
+  uint32_t m = 0;
+  for (int l = 0; l < 32 && 32 * w + l < E.nthreads; l++)
+    if (!E.th[(size_t)(32 * w + l)].done) m |= 1u << l;
+  return m;
+}
+
+/* Warp w's arrival at named barrier id, once all its live lanes are in: 32 arrivals (PTX
+ * ISA, barrier.cta: the barrier is executed per warp, as if all its threads were active;
+ * a thread count must be a multiple of the warp size). */
+void named_warp_arrives(int w, int id) {
+  warp_state &ws = E.warps[(size_t)w];
+  named_bar &b = E.named[id];
+  const int count = ws.nb_count[id];
+  if (b.count == 0) b.expected = count;
+  else if (b.expected != count) fail("arrivals at a named barrier phase gave different counts");
+  for (int l = 0; l < 32; l++)
+    if ((ws.nb_lanes[id] >> l) & 1) E.th[(size_t)(32 * w + l)].bar_joined = b.gen;
+  ws.nb_lanes[id] = 0;
+  ws.nb_gen[id]++;
+  b.count += 32;
+  if (b.count == b.expected) {
+    b.count = 0;
+    b.gen++;
+  }
+}
+
+/* One lane's arrival at named barrier id (kind 1 sync, 2 arrive): it waits for the other
+ * live lanes of its warp (all must execute the same instruction: bar.sync / bar.arrive are
+ * .aligned), then returns the phase its warp joined. */
+uint64_t named_arrive(int id, int count, int kind) {
   if (id < 0 || id >= kNamedBars) fail("named barrier id outside 0-15");
   /* barrier 0 is __syncthreads' (bar.sync 0): the model keeps it apart, a GPU does not */
   if (id == 0) fail("named barrier 0 used with a count: it is the one __syncthreads uses");
   if (count <= 0 || count % 32 || count > E.nthreads) fail("named barrier count not a multiple of 32 within the block");
-  named_bar &b = E.named[id];
-  if (b.count == 0) b.expected = count;
-  else if (b.expected != count) fail("arrivals at a named barrier phase gave different counts");
-  const uint64_t g = b.gen;
+  thread_state &t = E.th[(size_t)E.cur];
   /* PTX ISA, barrier.cta: a warp that executed barrier.arrive must not execute another
    * barrier instruction on the same barrier before the barrier resets (unpredictable) */
-  if (E.th[E.cur].bar_arrived[id] == g + 1)
+  if (t.bar_arrived[id] == E.named[id].gen + 1)
     fail("a thread reused a named barrier it arrived at (bar.arrive) before the phase completed");
-  *completed = ++b.count == b.expected;
-  if (*completed) {
-    b.count = 0;
-    b.gen++;
+  const int w = E.cur / 32, lane = E.cur % 32;
+  warp_state &ws = E.warps[(size_t)w];
+  if (ws.nb_lanes[id] == 0) {
+    ws.nb_kind[id] = kind;
+    ws.nb_count[id] = count;
+  } else if (ws.nb_kind[id] != kind || ws.nb_count[id] != count) {
+    fprintf(stderr, "emu: named barrier %d: lanes of warp %d executed bar.%s %d and bar.%s %d\n", id, w,
+            ws.nb_kind[id] == 1 ? "sync" : "arrive", ws.nb_count[id], kind == 1 ? "sync" : "arrive", count);
+    fail("lanes of a warp executed different named-barrier instructions (they are per warp, .aligned)");
   }
-  return g;
+  ws.nb_lanes[id] |= 1u << lane;
+  const uint64_t g = ws.nb_gen[id];
+  if (ws.nb_lanes[id] == live_lanes(w)) named_warp_arrives(w, id);
+  else block_on(&ws.nb_gen[id], g);
+  return t.bar_joined;
 }
+
 } // namespace
 
+/* Deadlock: warps that only some lanes brought to a named barrier (each reported). */
+int emu_detail::report_partial_warps(void) {
+  int n = 0;
+  for (size_t w = 0; w < E.warps.size(); w++)
+    for (int id = 0; id < kNamedBars; id++)
+      if (E.warps[w].nb_lanes[id]) {
+        fprintf(stderr, "emu: named barrier %d: warp %zu has lanes 0x%08x of 0x%08x at bar.%s %d\n", id, w,
+                E.warps[w].nb_lanes[id], live_lanes((int)w), E.warps[w].nb_kind[id] == 1 ? "sync" : "arrive",
+                E.warps[w].nb_count[id]);
+        n++;
+      }
+  return n;
+}
+
+/* A lane exited: its warp's arrivals in progress may now have every live lane. */
+void emu_detail::named_lane_exited(void) {
+  const int w = E.cur / 32;
+  if ((size_t)w >= E.warps.size()) return;
+  warp_state &ws = E.warps[(size_t)w];
+  const uint32_t live = live_lanes(w);
+  for (int id = 0; id < kNamedBars; id++)
+    if (ws.nb_lanes[id] && ws.nb_lanes[id] == live) named_warp_arrives(w, id);
+}
+
 void emu_named_bar_sync(int id, int count) {
-  int completed;
-  const uint64_t g = named_arrive(id, count, &completed);
-  if (!completed) block_on(&E.named[id].gen, g);
+  const uint64_t g = named_arrive(id, count, 1);
+  if (E.named[id].gen == g) block_on(&E.named[id].gen, g);
 }
 
 void emu_named_bar_arrive(int id, int count) {
-  int completed;
-  const uint64_t g = named_arrive(id, count, &completed);
-  if (!completed) E.th[E.cur].bar_arrived[id] = g + 1;
+  const uint64_t g = named_arrive(id, count, 2);
+  if (E.named[id].gen == g) E.th[(size_t)E.cur].bar_arrived[id] = g + 1;
 }
 
 int emu_syncthreads_or(int pred) {
@@ -431,7 +664,7 @@ void emu_cp_async(void *smem_dst, const void *gmem_src, int bytes, int src_bytes
   if (((uintptr_t)smem_dst % (uintptr_t)bytes) || ((uintptr_t)gmem_src % (uintptr_t)bytes))
     fail("cp.async addresses not aligned to the copy size");
   check_smem(smem_dst, (size_t)bytes, "cp.async destination");
-  memset(smem_dst, 0xFF, (size_t)bytes); /* reads before the wait see NaN */
+  smem_write(smem_dst, nullptr, 0xFF, (size_t)bytes, E.cur); /* reads before the wait see NaN */
   E.th[E.cur].copies.push_back({smem_dst, gmem_src, bytes, src_bytes, -1});
 }
 
@@ -449,8 +682,9 @@ void emu_cp_wait(int pending_groups) {
   std::vector<pending_copy> keep;
   for (const pending_copy &c : t.copies) {
     if (c.group >= 0 && c.group < limit) {
-      if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
-      memset((unsigned char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+      if (c.src_bytes) smem_write(c.dst, c.src, 0, (size_t)c.src_bytes, E.cur);
+      if (c.bytes > c.src_bytes)
+        smem_write((unsigned char *)c.dst + c.src_bytes, nullptr, 0, (size_t)(c.bytes - c.src_bytes), E.cur);
     } else {
       keep.push_back(c);
     }

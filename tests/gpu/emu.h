@@ -33,8 +33,12 @@ void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<vo
 unsigned char *emu_smem(void);
 void emu_syncthreads(void);
 /* Named barriers 0-15 (bar.sync / bar.arrive id, count): count threads, a multiple of 32,
- * complete a phase; sync waits for it, arrive does not. Every arrival of a phase must
- * give the same count; a block may not end with a phase half-filled. */
+ * complete a phase; sync waits for it, arrive does not. They count whole warps, as the
+ * GPU: a lane waits for the other live (not exited) lanes of its warp, which must execute
+ * the same instruction (the same kind and count: else an abort), and then its warp adds 32;
+ * a warp only some of whose lanes come is a deadlock reported by warp and lane mask. Every
+ * arrival of a phase must give the same count; a block may not end with a phase
+ * half-filled. */
 void emu_named_bar_sync(int id, int count);
 void emu_named_bar_arrive(int id, int count);
 int emu_syncthreads_or(int pred);
@@ -58,18 +62,27 @@ void emu_cp_wait(int pending_groups);
  * must align their swizzled tiles themselves (the swizzle patterns key on the address).
  * Shared memory has two views, as the PTX ISA's proxies: what threads read and write (the
  * generic proxy) and what TMA and wgmma read (the async proxy). TMA loads write both;
- * thread stores reach the async view only at a fence.proxy.async (any thread's: the
- * model publishes every store made so far). wgmma and TMA stores abort when a byte they
- * read differs between the views (a store without the fence).
+ * a thread's stores reach the async view only at a fence.proxy.async of that thread (the
+ * model tracks which thread stored each byte last, by keeping the pages read-only from
+ * the block's first sm_90 operation and comparing each page a thread opened when its
+ * time slice ends; stores before that operation are published by any thread's fence).
+ * wgmma and TMA stores abort when a byte they read differs between the views (a store
+ * without its writer's fence), naming the writer. Shared memory ends at a guard page: a
+ * plain load or store past its end faults.
  * mbarriers: phases complete when the arrivals of the init count are in and the
  * transaction count is back to 0 (both counts checked against the ISA's 2^20 - 1); a
- * wait blocks until the phase of the given parity has completed. TMA loads read global
- * memory and land (swizzled, out-of-range elements 0) only when some thread waits on
+ * wait blocks until the phase of the given parity has completed; the phase a thread means
+ * is the next of that parity after the one its last wait on the barrier returned for (or
+ * that one again, if the barrier has not moved since), and a wait on a phase two or more
+ * behind the current one aborts (try_wait.parity would hang or pass by aliasing). TMA
+ * loads read global memory and land (swizzled, out-of-range elements 0) only when some thread waits on
  * their mbarrier; their destination reads as NaN before. wgmma is a warpgroup collective
  * (4 consecutive warps): operands are read at the issue and must be unchanged when each
  * warp's wgmma.wait_group retires the group (shared memory and the A registers: else an
  * abort), the accumulators read as NaN until then (and must not be written: an abort),
- * an mma_async needs a wgmma.fence since the thread's last wait, and a swizzled
+ * an mma_async needs a wgmma.fence since the thread's last wait, its accumulators (unless
+ * in flight: a chain) and A registers must be as they were at that fence (registers known
+ * from the thread's earlier issues: a loop's first iteration is not checked), and a swizzled
  * descriptor's start must lie in the first 128-byte row of its swizzle pattern (base
  * offset 0 is all the model knows). */
 struct emu_tmap {

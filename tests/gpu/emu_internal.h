@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <memory>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -56,7 +57,37 @@ struct thread_state {
   std::vector<wgmma_op> wgmma;
   std::unordered_map<float *, std::vector<float>> wgmma_acc; /* accumulators in flight */
   int wgmma_groups, wgmma_fenced;
+  /* the registers (accumulators, A fragments) its wgmma issues have used, (address,
+   * 32-bit words), and their values at its last wgmma.fence (wg_snap, concatenated) */
+  std::vector<std::pair<const uint32_t *, int>> wg_regs;
+  std::vector<uint32_t> wg_snap;
   uint64_t bar_arrived[16]; /* named barrier id: 1 + the phase this thread bar.arrive'd in, or 0 */
+  uint64_t store_pages;     /* shared-memory pages holding its stores not yet fenced (bit p) */
+  uint64_t bar_joined;      /* named barriers: the phase its warp's last arrival joined */
+};
+
+/* Who wrote shared memory (the generic proxy), for fence.proxy.async, which publishes only
+ * the executing thread's stores. Thread stores are plain host stores, so the pages of the
+ * block's shared memory are kept read-only: a thread's first store to a page in its time
+ * slice faults, the page opens, and when the slice ends (or the thread fences) the open
+ * pages are compared with their shadow: the bytes that changed are that thread's. Shared
+ * memory ends at a no-access guard page (an overrun by a plain load or store faults). */
+const size_t kPage = 4096;
+const int kMaxPages = 64;
+struct store_tracker {
+  unsigned char *map = nullptr;   /* kMaxPages pages, then the guard page */
+  unsigned char *alias = nullptr; /* the same kMaxPages pages, always writable */
+  unsigned char *lo = nullptr;  /* the first page of the block's shared memory */
+  int npages = 0;
+  volatile int armed = 0;
+  volatile int nopen = 0;
+  int unknown = 0; /* some writer is -2: stored before arming, by an unknown thread */
+  int open[kMaxPages]; /* pages opened in the running slice */
+  unsigned char is_open[kMaxPages];
+  std::vector<unsigned char> shadow; /* [npages * kPage] the generic view at the last attribution */
+  std::vector<int16_t> writer;       /* [npages * kPage] the thread of an unfenced store, or -1 */
+  /* Armed (the pages read-only) at a block's first sm_90 operation (mbarrier.init, TMA,
+   * wgmma, fence.proxy.async, setmaxnreg): blocks of kernels without any pay nothing. */
 };
 
 struct tma_copy {
@@ -72,6 +103,9 @@ struct mbarrier {
   uint64_t phase;   /* completed phases */
   uint64_t version; /* bumped at each completion and each TMA issue: what waiters watch */
   std::vector<tma_copy> copies;
+  /* per thread: the phase its last wait returned for (-2: none yet; phase -1 is the one
+   * "completed" before init, which a parity-1 wait on a fresh barrier finds) */
+  std::vector<int64_t> seen;
 };
 
 struct wg_slot {
@@ -117,11 +151,16 @@ struct warp_state {
   uint64_t gen;
   int op[2];
   warp_slot slot[2][32];
+  /* named barriers count whole warps: per id, the lanes at its arrival in progress, the
+   * instruction (1 sync, 2 arrive) and count they executed, bumped when it completes */
+  uint32_t nb_lanes[16];
+  int nb_kind[16], nb_count[16];
+  uint64_t nb_gen[16];
 };
 
 enum { OP_SHFL = 1, OP_ANY, OP_SYNCWARP, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16 };
 
-/* A named barrier (bar.sync / bar.arrive id, count): arrivals in threads. */
+/* A named barrier (bar.sync / bar.arrive id, count): arrivals in threads, 32 per warp. */
 struct named_bar {
   int count, expected;
   uint64_t gen;
@@ -149,6 +188,7 @@ struct emulator {
   uint64_t bar_gen = 0;
   int bar_or = 0, bar_or_result = 0;
   named_bar named[kNamedBars];
+  store_tracker st;
   uint64_t rng = 0x9E3779B97F4A7C15ull;
   size_t stacks_mapped = 0;
 };
@@ -158,12 +198,31 @@ extern emulator E;
 [[noreturn]] void fail(const char *what);
 /* Blocks the current thread until *gen != val (other threads run meanwhile). */
 void block_on(const uint64_t *gen, uint64_t val);
+/* Named barriers (emu.cc): a lane exited (its warp's arrivals may be complete now); the
+ * warps only some of whose lanes are at a named barrier, reported (their number). */
+void named_lane_exited(void);
+int report_partial_warps(void);
 /* Aborts with a message unless [p, p + bytes) lies in the block's shared memory. */
 void check_smem(const void *p, size_t bytes, const char *what);
 /* The generic view's byte at shared address addr ([addr, addr + bytes) bounds-checked), and
  * the async view's. */
 unsigned char *smem_at(uint32_t addr, size_t bytes, const char *what);
 unsigned char *async_at(uint32_t addr);
+/* Shared memory for a launch (mapped once, ending at the guard page); arming (once a
+ * block, at its first sm_90 operation); at block end writable again. */
+void tracker_place(size_t smem_bytes);
+void tracker_arm(void);
+void tracker_disarm(void);
+/* The running thread's stores since its slice began are attributed to it (store_tracker). */
+void attribute_stores(void);
+/* fence.proxy.async by the running thread: its attributed stores reach the async view. */
+void publish_stores(void);
+/* The emulator's own writes of shared memory, past the page protection: n bytes of src
+ * (fill, where src is NULL) at dst, as thread who's store (cp.async: the generic proxy) or,
+ * who -1, as no thread's (a TMA load, which writes the async view too, or poison). */
+void smem_write(void *dst, const void *src, int fill, size_t n, int who);
+/* The thread whose store to shared byte p is not yet fenced, or -1. */
+int unfenced_writer(const unsigned char *p);
 
 } // namespace emu_detail
 

@@ -93,8 +93,7 @@ void tma_land(const tma_copy &c) {
   box_walk(m, c.c, [&](uint32_t L, const unsigned char *g) {
     const uint32_t a = emu_swizzle(base + L, m.swizzle_bytes);
     unsigned char *dst = smem_at(a, eb, "TMA load destination");
-    if (g) memcpy(dst, g, eb);
-    else memset(dst, 0, eb);
+    smem_write(dst, g, 0, eb, -1);
     memcpy(async_at(a), dst, eb);
   });
 }
@@ -138,6 +137,7 @@ int emu_tmap_encode(emu_tmap *m, const void *base, int rank, int elem_bytes, con
 }
 
 void emu_mbar_init(uint64_t *bar, int count) {
+  tracker_arm();
   check_smem(bar, 8, "mbarrier");
   if ((uintptr_t)bar % 8) fail("mbarrier not 8-byte aligned");
   if (count < 1 || count > kMbarMax) fail("mbarrier.init count outside 1 .. 2^20 - 1");
@@ -145,6 +145,7 @@ void emu_mbar_init(uint64_t *bar, int count) {
   m.expected = m.pending = count;
   m.tx = 0;
   m.phase = m.version = 0;
+  m.seen.assign((size_t)E.nthreads, -2);
   E.mbars[emu_smem_addr(bar)] = m;
 }
 
@@ -156,8 +157,17 @@ void emu_mbar_arrive(uint64_t *bar, uint32_t tx_bytes) {
   mbar_maybe_complete(m);
 }
 
+/* try_wait.parity sees only the parity of the current phase, so the phase a thread means
+ * is taken from its own history: the next one of that parity after the phase its last
+ * wait returned for (the same phase again, when the barrier has not moved since: a
+ * re-wait returns at once, on the GPU as here). A wait whose phase is two or more behind
+ * the current one would hang (two behind) or pass by aliasing (three): an abort. */
 void emu_mbar_wait(uint64_t *bar, int parity) {
   mbarrier &m = mbar_at(bar);
+  const int64_t seen = m.seen[(size_t)E.cur];
+  const int64_t c0 = (int64_t)m.phase;
+  int64_t want = (((seen + 1) & 1) == (parity & 1)) ? seen + 1 : seen + 2;
+  if (want == seen + 2 && c0 == seen + 1) want = seen; /* the phase it saw, again */
   for (;;) {
     std::vector<tma_copy> landing;
     landing.swap(m.copies);
@@ -166,10 +176,17 @@ void emu_mbar_wait(uint64_t *bar, int parity) {
       m.tx -= c.bytes;
       mbar_maybe_complete(m);
     }
+    if ((int64_t)m.phase >= want + 2) {
+      fprintf(stderr, "emu: mbarrier at shared address %u: parity-%d wait for phase %lld (this thread's last "
+                      "wait returned for phase %lld) with %llu phases completed\n",
+              emu_smem_addr(bar), parity & 1, (long long)want, (long long)seen, (unsigned long long)m.phase);
+      fail("mbarrier parity wait on a phase two or more behind the current one (parity aliasing)");
+    }
     /* the phase of parity p has completed iff the current (incomplete) one has the other */
-    if ((int)(m.phase & 1) != (parity & 1)) return;
+    if ((int)(m.phase & 1) != (parity & 1)) break;
     block_on(&m.version, m.version);
   }
+  m.seen[(size_t)E.cur] = (int64_t)m.phase - 1;
 }
 
 namespace {
@@ -201,6 +218,7 @@ void check_tma_overwrite(uint32_t dst, uint32_t bytes) {
 } // namespace
 
 void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64_t *bar) {
+  tracker_arm();
   mbarrier &m = mbar_at(bar);
   tma_copy c;
   c.dst = (unsigned char *)smem_dst;
@@ -209,7 +227,7 @@ void emu_tma_load(void *smem_dst, const emu_tmap *map, const int *coords, uint64
   for (int i = 0; i < 5; i++) c.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_dst, *map, c.bytes, "TMA load destination");
   check_tma_overwrite(emu_smem_addr(smem_dst), c.bytes);
-  memset(smem_dst, 0xFF, c.bytes); /* reads before the mbarrier wait see NaN (both views) */
+  smem_write(smem_dst, nullptr, 0xFF, c.bytes, -1); /* reads before the mbarrier wait see NaN (both views) */
   memset(async_at(emu_smem_addr(smem_dst)), 0xFF, c.bytes);
   m.copies.push_back(c);
   m.version++;
@@ -221,15 +239,17 @@ wg_state &my_wg(void) { return E.wgs[(size_t)E.cur / 128]; }
 bulk_thread &my_bulk(void) { return my_wg().bulk[E.cur % 128]; }
 } // namespace
 
-/* The thread's stores so far (and, in this model, every other thread's) become visible to
- * the async proxy. */
+/* The executing thread's stores so far (the bytes whose last store is its own) become
+ * visible to the async proxy; other threads' stores do not. */
 void emu_fence_proxy_async(void) {
+  tracker_arm();
   const int me = E.cur % 128;
   my_wg().fenced[me / 32] |= 1u << (me % 32);
-  memcpy(E.async_smem.data(), E.smem, E.smem_bytes);
+  publish_stores();
 }
 
 void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords) {
+  tracker_arm();
   wg_state &w = my_wg();
   const int base = E.cur / 128 * 128, nthr = E.nthreads - base < 128 ? E.nthreads - base : 128;
   for (int t = 0; t < nthr; t++)
@@ -245,8 +265,20 @@ void emu_tma_store(const emu_tmap *map, const void *smem_src, const int *coords)
   for (int i = 0; i < 5; i++) s.c[i] = i < map->rank ? coords[i] : 0;
   check_smem_box(smem_src, *map, box_bytes(*map), "TMA store source");
   s.data = store_read(s, 1);
-  if (store_read(s, 0) != s.data)
+  const std::vector<unsigned char> now = store_read(s, 0);
+  if (now != s.data) {
+    attribute_stores();
+    const uint32_t base = emu_smem_addr(smem_src), eb = (uint32_t)map->elem_bytes;
+    int who = -1;
+    box_walk(*map, s.c, [&](uint32_t L, const unsigned char *) {
+      const unsigned char *g = smem_at(emu_swizzle(base + L, map->swizzle_bytes), eb, "TMA store source");
+      for (uint32_t b = 0; b < eb && who < 0; b++)
+        if (now[L + b] != s.data[L + b]) who = unfenced_writer(g + b);
+    });
+    fprintf(stderr, "emu: a byte of the box stored by thread %d (-1: none known) without a fence.proxy.async "
+                    "of its own since\n", who);
     fail("TMA store of shared memory written by threads after the last fence.proxy.async");
+  }
   my_bulk().stores.push_back(s);
 }
 
@@ -325,7 +357,12 @@ void read_operand(wgmma_operands &o, std::vector<float> &out, uint64_t desc, int
       memcpy(&h, smem_at(a, 2, "wgmma operand"), 2);
       memcpy(&ha, async_at(a), 2);
       if (h != ha) {
-        fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u\n", mn, k, a);
+        attribute_stores();
+        const unsigned char *g = smem_at(a, 2, "wgmma operand");
+        const int w0 = unfenced_writer(g), w1 = unfenced_writer(g + 1);
+        const int who = w0 >= 0 ? w0 : w1;
+        fprintf(stderr, "emu: wgmma operand element (%d, %d) at shared address %u, stored by thread %d "
+                        "(-1: none known) without a fence.proxy.async of its own since\n", mn, k, a, who);
         fail("wgmma reads shared memory that threads wrote without a fence.proxy.async after");
       }
       o.addr.push_back(a);
@@ -408,7 +445,36 @@ void check_unchanged(const wgmma_op &op) {
 }
 } // namespace
 
-void emu_wgmma_fence(void) { E.th[E.cur].wgmma_fenced = 1; }
+/* The thread's wgmma registers as they are at the fence: a wgmma.mma_async issued after it
+ * must find its accumulators (unless in flight: chained, implicitly ordered) and A
+ * fragments unchanged (PTX ISA, wgmma.fence: it must sit between a register access and the
+ * wgmma.mma_async that accesses the same registers). Registers are known from the
+ * thread's earlier issues: a loop's first iteration goes unchecked. */
+void emu_wgmma_fence(void) {
+  thread_state &t = E.th[E.cur];
+  t.wgmma_fenced = 1;
+  t.wg_snap.clear();
+  for (const auto &r : t.wg_regs) t.wg_snap.insert(t.wg_snap.end(), r.first, r.first + r.second);
+}
+
+namespace {
+/* At an issue: the registers [p, p + words) against their values at the fence (when
+ * known), then known for the next fence. */
+void check_fenced_regs(thread_state &t, const uint32_t *p, int words, const char *what) {
+  size_t off = 0;
+  for (const auto &r : t.wg_regs) {
+    if (r.first == p && r.second == words) {
+      if (off + (size_t)words <= t.wg_snap.size() && memcmp(t.wg_snap.data() + off, p, (size_t)words * 4)) {
+        fprintf(stderr, "emu: wgmma.mma_async %s registers at %p (%d words)\n", what, (const void *)p, words);
+        fail("wgmma registers written between the wgmma.fence and the wgmma.mma_async that uses them");
+      }
+      return;
+    }
+    off += (size_t)r.second;
+  }
+  if (t.wg_regs.size() < 64) t.wg_regs.push_back({p, words});
+}
+} // namespace
 
 void emu_wgmma_commit(void) {
   thread_state &t = E.th[E.cur];
@@ -450,8 +516,11 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
   if (E.nthreads % 128) fail("wgmma in a block whose size is not a multiple of 128");
   if (n % 8 || n < 8 || n > 256) fail("wgmma N must be a multiple of 8 up to 256");
   if (a_regs && trans_a) fail("wgmma with A from registers cannot transpose A");
+  tracker_arm();
   thread_state &t = E.th[E.cur];
   if (!t.wgmma_fenced) fail("wgmma.mma_async without a wgmma.fence since the last wait");
+  if (!t.wgmma_acc.count(d)) check_fenced_regs(t, (const uint32_t *)d, n / 2, "accumulator");
+  if (a_regs) check_fenced_regs(t, a_regs, 4, "A-fragment");
   wg_state &w = E.wgs[(size_t)E.cur / 128];
   const int buf = (int)(w.gen & 1), me = E.cur % 128;
   wg_slot &s = w.slot[buf][me];
@@ -488,6 +557,7 @@ void emu_wgmma(float *d, int n, uint64_t desc_a, const uint32_t *a_regs, uint64_
 
 /* ---- setmaxnreg (emu.h) ---------------------------------------------------------------- */
 void emu_setmaxnreg(int n, int inc) {
+  tracker_arm();
   if (n < 24 || n > 256 || n % 8) fail("setmaxnreg count must be a multiple of 8 in 24-256");
   if (E.nthreads % 128) fail("setmaxnreg in a block whose size is not a multiple of 128");
   wg_state &w = my_wg();
