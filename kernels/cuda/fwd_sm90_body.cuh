@@ -180,8 +180,8 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
  * hi_r, ipos); at 256, where O's 128 registers leave too few, only the thread's row g
  * (qrow) and the valid rows from it (vrows) are kept, the ranges are recomputed at each
  * masked tile, the fully visible tiles are found once as a range [jf, jg), and the call's
- * segment is read from the parameters (h_seg; the launcher declines varlen), so that ptxas
- * can reread it from the constant bank: traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
+ * segment is read from the parameters (fa_whole_seg; the launcher declines varlen), so
+ * that ptxas can reread it from the constant bank: traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
  * forward's FA_FWD_Q_IN_REGS. (With only some of these changes ptxas still spilled at 256;
  * at 128 and 192 x 128 they make it spill instead, so those keep their code, SASS
  * unchanged.) H_ROW_ARGS: the consumer's arguments of h_softmax, either way. */
@@ -192,19 +192,6 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
 #else
 #define H_ROW_PARAMS const fa_seg &s, int qrow, int vrows
 #define H_ROW_ARGS s, qrow, vrows
-FA_DEV fa_seg h_seg(const fa_params &p) {
-  fa_seg g;
-  g.r0 = 0;
-  g.r1 = (int)p.sq;
-  g.c0 = 0;
-  g.c1 = (int)p.skv;
-  g.qpos_row0 = (int)p.q_pos0;
-  g.kpos_col0 = (int)p.k_pos0;
-  g.off = (int)(p.seq_kv - p.seq_q);
-  g.len_q = (int)p.seq_q;
-  g.len_kv = (int)p.seq_kv;
-  return g;
-}
 #endif
 
 /* Slot j's start (module comment): K_j has landed (j < ntiles), V_{j-1} has landed and
@@ -391,7 +378,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 #if H_ROWS_IN_REGS
   const fa_seg s = fa_make_seg(p, 0);
 #else
-  const fa_seg s = h_seg(p);
+  const fa_seg s = fa_whole_seg(p);
 #endif
   const int nwork = (int)(p.ntiles * p.Hq * p.B);
 

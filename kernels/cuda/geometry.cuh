@@ -68,20 +68,24 @@ FA_DEV void fa_row_finish(float m, float l, float sink2, float *inv, float *lse2
   *lse2 = top + log2f(z);
 }
 
-FA_DEV fa_seg fa_make_seg(const fa_params &p, int s) {
+/* The one segment of a call without varlen: every local row and key. */
+FA_DEV fa_seg fa_whole_seg(const fa_params &p) {
   fa_seg g;
-  if (!p.num_seqs) {
-    g.r0 = 0;
-    g.r1 = (int)p.sq;
-    g.c0 = 0;
-    g.c1 = (int)p.skv;
-    g.qpos_row0 = (int)p.q_pos0;
-    g.kpos_col0 = (int)p.k_pos0;
-    g.off = (int)(p.seq_kv - p.seq_q);
-    g.len_q = (int)p.seq_q;
-    g.len_kv = (int)p.seq_kv;
-    return g;
-  }
+  g.r0 = 0;
+  g.r1 = (int)p.sq;
+  g.c0 = 0;
+  g.c1 = (int)p.skv;
+  g.qpos_row0 = (int)p.q_pos0;
+  g.kpos_col0 = (int)p.k_pos0;
+  g.off = (int)(p.seq_kv - p.seq_q);
+  g.len_q = (int)p.seq_q;
+  g.len_kv = (int)p.seq_kv;
+  return g;
+}
+
+FA_DEV fa_seg fa_make_seg(const fa_params &p, int s) {
+  if (!p.num_seqs) return fa_whole_seg(p);
+  fa_seg g;
   const int qa = (int)p.q_pos0, qb = (int)(p.q_pos0 + p.sq), ka = (int)p.k_pos0,
             kb = (int)(p.k_pos0 + p.skv);
   const int s_qa = p.cu_q[s], s_qb = p.cu_q[s + 1], s_ka = p.cu_kv[s], s_kb = p.cu_kv[s + 1];
