@@ -16,7 +16,6 @@ except ImportError:  # the binding still loads; NumPy arrays are then simply not
 
 _NP_DTYPES = {"float32": C.F32, "float16": C.F16}
 _TORCH_DTYPES = {"torch.float32": C.F32, "torch.bfloat16": C.BF16, "torch.float16": C.F16}
-_ITEMSIZE = {C.F32: 4, C.BF16: 2, C.F16: 2}
 
 
 def is_torch(x):
@@ -109,7 +108,7 @@ class Staging:
             return ptr
         if dev == C.DEVICE_CUDA:
             raise C.invalid(func, f"{name}: a CUDA tensor, but the context computes on the host")
-        if is_numpy(x) and not x.flags.c_contiguous:
+        if not (x.flags.c_contiguous if is_numpy(x) else x.is_contiguous()):
             raise C.invalid(func, f"{name}: a host array staged to the device must be C-contiguous")
         p = ctypes.c_void_p()
         C.check("attn_ctx_alloc", C.lib.attn_ctx_alloc(self.ctx, nbytes, ctypes.byref(p)))
