@@ -120,6 +120,12 @@ class Staging:
         return p.value
 
     def tensor(self, x, func, name, out=False, inout=False):
+        """The attn_tensor of a 4-D argument in context memory. A strided host input that
+        must travel is copied contiguous first (it arrives with plain strides)."""
+        contiguous = x.flags.c_contiguous if is_numpy(x) else getattr(x, "is_contiguous", lambda: True)()
+        if not (out or inout or contiguous) and raw(x, func, name)[1] != self.device:
+            x = np.ascontiguousarray(x) if is_numpy(x) else x.contiguous()
+            self.keep.append(x)
         t = tensor4(x, func, name)
         t.data, t.device = self.ptr(x, func, name, out, inout), self.device
         return t

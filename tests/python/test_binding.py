@@ -177,6 +177,17 @@ def staging_mechanics(rng):
         print(f"  {'ok ' if good else 'BAD'} staging, call {'succeeded' if ok else 'failed'}")
         if not good:
             FAILS.append(f"staging ok={ok}")
+    # a strided (BHSD) host input travels as a contiguous copy with plain strides
+    x4 = rng.standard_normal((2, 3, 5, 8)).astype(np.float32).transpose(0, 2, 1, 3)
+    st = arrays.Staging(CTX._h, 1)
+    t = st.tensor(x4, "staging", "q")
+    seen = np.empty(x4.shape, np.float32)
+    ctypes.memmove(seen.ctypes.data, t.data, x4.nbytes)
+    good = list(t.stride) == [120, 24, 8, 1] and (seen == x4).all()
+    st.finish(True)
+    print(f"  {'ok ' if good else 'BAD'} staging a strided host input")
+    if not good:
+        FAILS.append("staging strided")
 
 
 def torch_cases(rng):
