@@ -84,19 +84,14 @@ def block_bytes(cfg, tp, cp, dtype, backward=False):
 
 
 # ---- the model -----------------------------------------------------------------------------
-def step_time(c, b, cp, link, extra_hops=0):
-    """c + (cp - 1) * max(c, alpha + b/beta) (+ hops of b that nothing hides)."""
-    comm = link["alpha_s"] + b / link["beta_Bps"]
-    return c + (cp - 1) * max(c, comm) + (extra_hops * comm if cp > 1 else 0.0)
-
-
 def predict(cfg, tp, cp, rate, link, dtype, backward=False, F=None):
-    """(time, compute of one step, comm of one step) of one call on the slowest rank."""
+    """(time, compute of one step, comm of one step) of one call on the slowest rank:
+    c + (cp - 1) * max(c, alpha + b/beta), plus the backward's unhidden hop home."""
     F = flops(cfg, backward) / (tp * cp) if F is None else F
     c = F / (cp * rate)
-    b = block_bytes(cfg, tp, cp, dtype, backward)
-    comm = link["alpha_s"] + b / link["beta_Bps"]
-    return step_time(c, b, cp, link, 1 if backward else 0), c, comm
+    comm = link["alpha_s"] + block_bytes(cfg, tp, cp, dtype, backward) / link["beta_Bps"]
+    t = c + (cp - 1) * max(c, comm) + (comm if backward and cp > 1 else 0.0)
+    return t, c, comm
 
 
 def layer_terms(cfg, tp, cp, link, backward=False):

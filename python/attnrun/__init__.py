@@ -33,8 +33,8 @@ def version():
 
 
 class _Spec:
-    """An attn_spec built from keyword arguments, with its arrays kept alive (and staged to
-    the context's memory) for the duration of one call."""
+    """An attn_spec built from keyword arguments, its arrays staged to the context's memory
+    and kept alive by the Staging (one call's, or a layer's for its life)."""
 
     def __init__(self, func, stage, dims, causal=False, window=(-1, -1), softcap=0.0,
                  scale=None, sinks=None, alibi_slopes=None, cu_seqlens_q=None,
@@ -49,7 +49,6 @@ class _Spec:
             raise C.invalid(func, f"window: expected (left, right), got {window!r}")
         s.window_left, s.window_right = (-1 if w is None else int(w) for w in window)
         s.softcap = float(softcap or 0.0)
-        self.keep = []
         s.sinks = self._vec(stage, func, "sinks", sinks, "float32")
         s.alibi_slopes = self._vec(stage, func, "alibi_slopes", alibi_slopes, "float32")
         if (cu_seqlens_q is None) != (cu_seqlens_kv is None):
@@ -73,7 +72,7 @@ class _Spec:
         x = A.vector(x, dtype, func, name)
         if x is None:
             return None
-        self.keep.append(x)
+        stage.keep.append(x)
         return stage.ptr(x, func, name)
 
 
@@ -106,11 +105,12 @@ class _Call:
         return False
 
 
-def _lse_ptr(st, lse, func, name="lse"):
-    """A float32 [B, Hq, rows] argument's pointer (NumPy arrays converted when needed)."""
-    lse32 = A.vector(lse, "float32", func, name) if A.is_numpy(lse) else lse
-    st.keep.append(lse32)
-    return _fptr(st.ptr(lse32, func, name))
+def _f32_ptr(st, x, func, name, out=False):
+    """The context pointer of a contiguous float32 argument (lse, delta, the layer's
+    arrays): NumPy arrays converted when needed, torch tensors checked."""
+    x32 = A.vector(x, "float32", func, name)
+    st.keep.append(x32)
+    return _fptr(st.ptr(x32, func, name, out))
 
 
 def _fwd_call(ctx, func, q, k, v, spec, call):
@@ -132,7 +132,7 @@ def _bwd_call(ctx, func, q, k, v, o, lse, dout, spec, call):
     with _Call(ctx) as st:
         sp = _Spec(func, st, _dims(q, k, v), **spec)
         ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"))]
-        plse, tdo = _lse_ptr(st, lse, func), st.tensor(dout, func, "dout")
+        plse, tdo = _f32_ptr(st, lse, func, "lse"), st.tensor(dout, func, "dout")
         outs = [st.tensor(x, func, n, out=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
         pds = st.ptr(dsinks, func, "dsinks", out=True)
         C.check(func, call(ctypes.byref(sp.spec), *ins, plse, tdo, *outs, _fptr(pds)))
@@ -252,7 +252,7 @@ class Context(_Handle):
         with _Call(self) as st:
             sp = _Spec(func, st, _dims(q, k, v), **spec)
             to, tdo = st.tensor(o, func, "o"), st.tensor(dout, func, "dout")
-            plse = _lse_ptr(st, lse, func)
+            plse = _f32_ptr(st, lse, func, "lse")
             pd, pds = st.ptr(delta, func, "delta", out=True), st.ptr(dsinks, func, "dsinks", inout=True)
             C.check(func, C.lib.attn_bwd_prepare(self._h, ctypes.byref(sp.spec), to, tdo, plse,
                                                  _fptr(pd), _fptr(pds)))
@@ -267,7 +267,7 @@ class Context(_Handle):
         with _Call(self) as st:
             sp = _Spec(func, st, _dims(q, k, v), **spec)
             ins = [st.tensor(x, func, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
-            plse, pdelta = _lse_ptr(st, lse, func), _lse_ptr(st, delta, func, "delta")
+            plse, pdelta = _f32_ptr(st, lse, func, "lse"), _f32_ptr(st, delta, func, "delta")
             outs = [st.tensor(x, func, n, inout=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
             C.check(func, C.lib.attn_bwd_block(self._h, ctypes.byref(sp.spec), *ins, plse, pdelta,
                                                int(lse.shape[-1]), *outs, ctypes.byref(pos)))
@@ -374,25 +374,15 @@ class Layer(_Handle):
     def _closed(self):
         self._stage.finish(False)  # the spec arrays staged for the layer's life
 
-    def _f32(self, st, x, func, name, out=False):
-        """A contiguous float32 array's pointer in context memory (NumPy inputs converted
-        when needed; outputs are the layer's own new arrays)."""
-        x32 = A.vector(x, "float32", func, name)
-        if A.is_numpy(x32):
-            x32 = x32.reshape(x.shape)
-        self._keep.append(x32)
-        return _fptr(st.ptr(x32, func, name, out))
-
     def forward(self, x, w_qkv, w_o, seq_global):
         """y [B, S_loc, d_model] (identical over the TP group)."""
         func = "attn_layer_fwd"
         if len(getattr(x, "shape", ())) != 3:
             raise C.invalid(func, f"x: expected [B, S_loc, d_model], got shape {getattr(x, 'shape', None)}")
         y = A.new_like(x, tuple(x.shape), float32=True)
-        self._keep = []
         with _Call(self.group.ctx) as st:
-            px, pw, po = (self._f32(st, a, func, n) for a, n in ((x, "x"), (w_qkv, "w_qkv"), (w_o, "w_o")))
-            py = self._f32(st, y, func, "y", out=True)
+            px, pw, po = (_f32_ptr(st, a, func, n) for a, n in ((x, "x"), (w_qkv, "w_qkv"), (w_o, "w_o")))
+            py = _f32_ptr(st, y, func, "y", out=True)
             C.check(func, C.lib.attn_layer_fwd(self._h, int(x.shape[0]), int(seq_global), px, pw, po, py))
         self._shapes = (tuple(x.shape), tuple(w_qkv.shape), tuple(w_o.shape), x)
         return y
@@ -405,10 +395,9 @@ class Layer(_Handle):
             raise C.invalid(func, "layer: backward before forward")
         xs, ws, os_, x = self._shapes
         dx, dw, do = (A.new_like(x, sh, float32=True) for sh in (xs, ws, os_))
-        self._keep = []
         with _Call(self.group.ctx) as st:
-            pdy = self._f32(st, dy, func, "dy")
-            pdx, pdw, pdo = (self._f32(st, a, func, n, out=True) for a, n in ((dx, "dx"), (dw, "dw_qkv"), (do, "dw_o")))
+            pdy = _f32_ptr(st, dy, func, "dy")
+            pdx, pdw, pdo = (_f32_ptr(st, a, func, n, out=True) for a, n in ((dx, "dx"), (dw, "dw_qkv"), (do, "dw_o")))
             C.check(func, C.lib.attn_layer_bwd(self._h, pdy, pdx, pdw, pdo))
         return dx, dw, do
 
@@ -416,9 +405,8 @@ class Layer(_Handle):
         """d(sinks) of this rank's query heads [hq] from the last backward (needs sinks)."""
         func = "attn_layer_get_dsinks"
         out = A.new_like(self._shapes[3], (self.heads["hq"],), float32=True)
-        self._keep = []
         with _Call(self.group.ctx) as st:
-            C.check(func, C.lib.attn_layer_get_dsinks(self._h, self._f32(st, out, func, "dsinks", out=True)))
+            C.check(func, C.lib.attn_layer_get_dsinks(self._h, _f32_ptr(st, out, func, "dsinks", out=True)))
         return out
 
 

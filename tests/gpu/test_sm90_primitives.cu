@@ -75,6 +75,17 @@ FA_DEV void store_d256(float *out, const float d[128], int t) {
 /* Row r of the two stored boxes (r < 64: the first), column c: a raw bf16 bit pattern. */
 #define Y_PATTERN(r, c) ((uint16_t)(0x4000 + (((r) * 64 + (c)) * 7 & 0x3FF)))
 
+/* A fragments of P [M][K] bf16 bits from global memory: the m16n8k16 A layout of each
+ * warp's 16 rows, k16 chunk kc in pa[kc]. */
+FA_DEV void load_p_frags(uint32_t pa[K / 16][4], const uint16_t *p_bits, int t) {
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  for (int kc = 0; kc < K / 16; kc++)
+    for (int j = 0; j < 4; j++) {
+      const int row = 16 * w + g + 8 * (j & 1), col = 16 * kc + 2 * c + 8 * (j >> 1);
+      pa[kc][j] = (uint32_t)p_bits[row * K + col] | ((uint32_t)p_bits[row * K + col + 1] << 16);
+    }
+}
+
 FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p_bits, prim_out *out) {
 #if FA_SM90_DEVICE
   FA_SMEM(raw);
@@ -145,13 +156,8 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   store_d(out->d1, d, t);
 
   /* A fragments of P [M][K] from global memory (m16n8k16 A layout of each warp's rows) */
-  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
   uint32_t pa[K / 16][4];
-  for (int kc = 0; kc < K / 16; kc++)
-    for (int j = 0; j < 4; j++) {
-      const int row = 16 * w + g + 8 * (j & 1), col = 16 * kc + 2 * c + 8 * (j >> 1);
-      pa[kc][j] = (uint32_t)p_bits[row * K + col] | ((uint32_t)p_bits[row * K + col + 1] << 16);
-    }
+  load_p_frags(pa, p_bits, t);
   for (int i = 0; i < 64; i++) d[i] = 1.0f; /* accumulate onto 1 */
   fa_wgmma_fence();
   for (int kc = 0; kc < K / 16; kc++)
@@ -238,13 +244,8 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
     for (int cb = 0; cb < 4; cb++) fa_tma_load_4d(sV2 + cb * K * 64, &maps.v2, 64 * cb, 0, 0, 0, bar);
   }
   fa_mbar_wait(bar, 0);
-  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
   uint32_t pa[K / 16][4];
-  for (int kc = 0; kc < K / 16; kc++)
-    for (int j = 0; j < 4; j++) {
-      const int row = 16 * w + g + 8 * (j & 1), col = 16 * kc + 2 * c + 8 * (j >> 1);
-      pa[kc][j] = (uint32_t)p_bits[row * K + col] | ((uint32_t)p_bits[row * K + col + 1] << 16);
-    }
+  load_p_frags(pa, p_bits, t);
   const uint32_t v2 = fa_smem_addr(sV2);
   float f[128];
   for (int i = 0; i < 128; i++) f[i] = 1.0f;
