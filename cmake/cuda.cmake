@@ -54,7 +54,7 @@ endforeach()
 # dims each direction has (ATTN_CUDA_SM90_FWD_DIMS / _BWD_DIMS, within ATTN_CUDA_HEAD_DIMS);
 # ATTN_CUDA_SM90_DEFS tells dispatch.c which (ATTN_CUDA_SM90_FWD_HD<d>, _BWD_HD<d>).
 set(ATTN_CUDA_SM90_FWD_DIMS 64 128 192x128 256)
-set(ATTN_CUDA_SM90_BWD_DIMS 64 128)
+set(ATTN_CUDA_SM90_BWD_DIMS 64 128 192x128 256)
 set(ATTN_CUDA_SM90_INSTANCES "")
 set(ATTN_CUDA_SM90_DEFS "")
 foreach(dir fwd bwd)

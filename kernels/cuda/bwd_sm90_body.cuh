@@ -1,6 +1,14 @@
-/* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dims 64 and 128 (dK, dV
- * and dQ, added by float32 atomics or TMA reduce-adds, in one kernel) and its launcher; instantiated by
- * bwd_hd{64,128}_{bf16,f16}[_causal]_sm90.cu.
+/* bwd_sm90_body.cuh — the Hopper (sm_90a) flash backward, head dims 64, 128, 256 and
+ * (Dqk, Dv) = (192, 128) (dK, dV and dQ, added by float32 atomics or TMA reduce-adds, in
+ * one kernel) and its launcher; instantiated by
+ * bwd_hd{64,128,256,192x128}_{bf16,f16}[_causal]_sm90.cu.
+ *
+ * Past d = 128 (G_CSPLIT) the CTA owns 64 keys and both consumers work on all of them,
+ * rows split for the score GEMMs and columns for the gradient GEMMs, P^T and dS^T
+ * exchanged through shared memory (bwd_sm90_csplit.cuh: the producer below is the same);
+ * the (Q, dO) ring has 2 stages at 256 (about 226 KB of shared memory) and 3 at 192 x 128
+ * (about 195 KB), and dQ is added by atomics (no room, or no code, for mode 1's staging).
+ * What follows describes d = 64 and 128.
  *
  * The mma.sync dK/dV kernel's split (bwd_body.cuh), on wgmma: a CTA of three warpgroups
  * owns 128 keys of one (batch, KV head) and walks the query rows that can see them, for
@@ -32,7 +40,7 @@
  * stays the atomics until a GPU session has timed the two (A/B). The CTA is the only
  * writer of its dK/dV rows. What this kernel does not do goes to the
  * mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks, head dims other
- * than 64 and 128, views TMA cannot describe. */
+ * than 64, 128 and 256, views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
@@ -40,18 +48,23 @@ extern "C" {
 #include "../../runtime/internal.h" /* ATTN_PARAM */
 }
 
-#if DQK != DV || (DQK != 128 && DQK != 64)
-#error "the sm90 backward is written for head dims 64 and 128"
+#if !((DQK == DV && (DQK == 64 || DQK == 128 || DQK == 256)) || (DQK == 192 && DV == 128))
+#error "the sm90 backward is written for head dims 64, 128, 256 and (192, 128)"
 #endif
 
-#define G_BN 128 /* keys per CTA: two consumer warpgroups of 64 */
-#define G_BM 64  /* query rows per step */
+/* Past d = 128 the consumers split the columns (bwd_sm90_csplit.cuh): dK + dV of 64 keys
+ * would take 256 (256) or 160 (192 x 128) floats a thread as whole rows. */
+#define G_CSPLIT (DQK > 128)
+#define G_BN (G_CSPLIT ? 64 : 128) /* keys per CTA: two consumers of 64, or both on 64 */
+#define G_BM 64                    /* query rows per step */
+#define G_NSBUF (G_CSPLIT ? 4 : 2) /* [dS^T, P^T at 256] x 2 steps: buffers of G_SBYTES */
 /* (Q, dO) ring: the room d = 64 frees buys latency cover (registers, not shared memory,
  * hold the SM to one CTA) */
-#define G_STAGES (DQK == 64 ? 4 : 2)
+#define G_STAGES (DQK == 64 ? 4 : DQK == 192 ? 3 : 2)
 #define G_THREADS 384
 #define G_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
-#define G_NCB (DQK / G_CB) /* column blocks of a row: 2 at d = 128, 1 at d = 64 */
+#define G_NCB (DQK / G_CB) /* column blocks of a Q / K row: 2 at d = 128, 1 at d = 64 */
+#define G_NCBV (DV / G_CB) /* of a V / dO row */
 #define G_KBYTES (G_BN * DQK * 2)
 #define G_VBYTES (G_BN * DV * 2)
 #define G_QBYTES (G_BM * DQK * 2)
@@ -60,7 +73,7 @@ extern "C" {
 #define G_NBAR (2 + 2 * G_STAGES)
 /* tiles, LSE / delta, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
 #define G_TILE_BYTES                                                                         \
-  (G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + 2 * G_SBYTES +                   \
+  (G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + G_NSBUF * G_SBYTES +             \
    G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
 #define G_SMEM_BYTES (1024 + G_TILE_BYTES)
 /* the dQ mode "tma" (ATTN_SM90_DQ=1) adds, 1024-aligned after the rest, one float32
@@ -69,7 +82,7 @@ extern "C" {
 #define G_DQ_HALF (G_BM * 32 * 4) /* one 32-column half: a TMA box */
 #define G_DQ_BYTES (2 * 2 * G_DQ_HALF)
 #define G_SMEM_TMA_BYTES (1024 + G_DQ_OFF + G_DQ_BYTES)
-#if G_SMEM_TMA_BYTES > 227 * 1024
+#if G_SMEM_BYTES > 227 * 1024 || (!G_CSPLIT && G_SMEM_TMA_BYTES > 227 * 1024)
 #error "the sm90 backward's shared memory exceeds the 227 KB a block may have"
 #endif
 #define G_PRODUCER_REGS 40
@@ -83,13 +96,21 @@ extern "C" {
 #define g_wgmma_ss64_tt fa_wgmma_ss64_tt_bf16
 #define g_wgmma_rs_t_128 fa_wgmma_rs_t_bf16
 #define g_wgmma_rs_t_64 fa_wgmma_rs64_t_bf16
+#define g_wgmma_ss32 fa_wgmma_ss32_bf16
+#define g_wgmma_ss_t fa_wgmma_ss_t_bf16
+#define g_wgmma_ss_t192 fa_wgmma_ss_t192_bf16
 #else
 #define g_wgmma_ss64 fa_wgmma_ss64_f16
 #define g_wgmma_ss64_tt fa_wgmma_ss64_tt_f16
 #define g_wgmma_rs_t_128 fa_wgmma_rs_t_f16
 #define g_wgmma_rs_t_64 fa_wgmma_rs64_t_f16
+#define g_wgmma_ss32 fa_wgmma_ss32_f16
+#define g_wgmma_ss_t fa_wgmma_ss_t_f16
+#define g_wgmma_ss_t192 fa_wgmma_ss_t192_f16
 #endif
+#if !G_CSPLIT
 #define g_wgmma_rs_t FA_PASTE(g_wgmma_rs_t_, DQK)
+#endif
 
 #ifndef FA_BWD90_MAPS_DEFINED
 #define FA_BWD90_MAPS_DEFINED
@@ -133,23 +154,77 @@ FA_DEV g_keys g_wg_keys(const fa_params &p, const fa_seg &s, int K0, int nk, int
   return k;
 }
 
-/* A consumer warpgroup's share of a step (rows [qa, qa + qn)): 0 nothing visible, 1 every
- * pair visible, 2 mask each element. Warpgroup-uniform. */
-FA_DEV int g_mode(const g_keys &k, int qa, int qn) {
-  if (k.wn == 0 || k.hi_l < qa || k.lo_f > qa + qn - 1) return 0;
-  return k.wn == 64 && qn == G_BM && k.lo_l <= qa && k.hi_f >= qa + G_BM - 1 ? 1 : 2;
+/* A consumer warpgroup's share of a step (rows [qa, qa + qn) of a share of ROWS): 0
+ * nothing visible, 1 every pair visible, 2 mask each element. Warpgroup-uniform. */
+FA_DEV int g_mode(const g_keys &k, int qa, int qn, int rows) {
+  if (k.wn == 0 || qn <= 0 || k.hi_l < qa || k.lo_f > qa + qn - 1) return 0;
+  return k.wn == 64 && qn == rows && k.lo_l <= qa && k.hi_f >= qa + rows - 1 ? 1 : 2;
 }
+
+/* S^T, dP^T (m64n<8 NB> D fragments: the thread's keys i = 0, 1 x query rows qa + c0 + c)
+ * -> P^T = 2^(S^T - LSE) and dS^T = P^T (dP^T - delta) scale dcap, in place, masked
+ * (mode 2) by the keys' row ranges [klo, khi]; lb, db: the step's LSE, delta by row. */
+template <int NB>
+FA_DEV void g_probs(float *ST, float *DP, const fa_params &p, int mode, int h, int qa, int c0,
+                    const float *lb, const float *db, const int klo[2], const int khi[2],
+                    const int kdist[2], int tg) {
+  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
+  FA_UNROLL
+  for (int n = 0; n < NB; n++)
+    FA_UNROLL
+    for (int e = 0; e < 4; e++) {
+      const int i = e >> 1, c = c0 + n * 8 + 2 * tg + (e & 1), q = qa + c;
+      float dcap;
+      const float x = fa_score_grad(p, ST[4 * n + e], alibi2, fabsf((float)(kdist[i] + q)), dcap);
+      const int vis = mode == 1 || (q >= klo[i] && q <= khi[i]);
+      const float pr = vis ? exp2f(x - lb[c]) : 0.0f;
+      ST[4 * n + e] = pr;
+      DP[4 * n + e] = pr != 0.0f ? pr * (DP[4 * n + e] - db[c]) * p.dscale * dcap : 0.0f;
+    }
+}
+
+/* Packed pairs A[2 n + i] (the thread's key rows r0 + 8 i, query rows 8 (n0 + n) + 2 tg,
+ * + 1) into a [keys][64 rows] tile: element (key r, row c) at 128 r + 16 ((c / 8) ^ (r % 8))
+ * + 2 (c % 8), the TMA 128-byte swizzle. */
+template <int NB>
+FA_DEV void g_put_t(unsigned char *buf, const uint32_t *A, int r0, int n0, int tg) {
+  FA_UNROLL
+  for (int n = 0; n < NB; n++)
+    FA_UNROLL
+    for (int i = 0; i < 2; i++) {
+      const int r = r0 + 8 * i;
+      *(uint32_t *)(buf + r * 128 + (((n0 + n) ^ (r & 7)) * 16) + tg * 4) = A[2 * n + i];
+    }
+}
+
+/* dQ[rows qa + 16 wq + g (+8), columns c0 + 0..63] += the m64n64 D fragment (float2
+ * atomics; rows past qhi have no visible pair and are skipped). */
+FA_DEV void g_dq_atomics(const fa_params &p, const float dQ[32], int b, int h, int qa, int qhi,
+                         int c0, int wq, int g, int tg) {
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    const int q = qa + 16 * wq + g + 8 * i;
+    if (q > qhi) continue;
+    float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + c0;
+    FA_UNROLL
+    for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
+  }
+}
+
+#if G_CSPLIT && FA_SM90_DEVICE
+#include "bwd_sm90_csplit.cuh"
+#endif
 
 FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa_bwd90_maps maps) {
 #if FA_SM90_DEVICE
   FA_SMEM(smem_raw);
   unsigned char *smem = smem_raw + ((1024 - (fa_smem_addr(smem_raw) & 1023)) & 1023);
   fa_elem *sK = (fa_elem *)smem;            /* [G_NCB column blocks][G_BN][64], swizzled */
-  fa_elem *sV = sK + G_BN * DQK;            /* [G_NCB][G_BN][64] */
+  fa_elem *sV = sK + G_BN * DQK;            /* [G_NCBV][G_BN][64] */
   fa_elem *sQ = sV + G_BN * DV;             /* [G_STAGES][G_NCB][G_BM][64] */
-  fa_elem *sO = sQ + G_STAGES * G_BM * DQK; /* [G_STAGES][G_NCB][G_BM][64] dO */
-  fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [2 buffers][G_BN keys][64 rows] dS^T, swizzled */
-  float *sL = (float *)(sS + 2 * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
+  fa_elem *sO = sQ + G_STAGES * G_BM * DQK; /* [G_STAGES][G_NCBV][G_BM][64] dO */
+  fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [G_NSBUF][G_BN keys][64 rows] dS^T (+ P^T), swizzled */
+  float *sL = (float *)(sS + G_NSBUF * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
   float *sD = sL + G_STAGES * G_BM;            /* [G_STAGES][G_BM] delta */
   uint64_t *bar_kv = (uint64_t *)(sD + G_STAGES * G_BM);
   uint64_t *kv_ok = bar_kv + 1, *full = kv_ok + 1, *empty = full + G_STAGES;
@@ -187,7 +262,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       for (int cb = 0; cb < G_NCB; cb++)
         fa_tma_load_4d(sK + cb * G_BN * G_CB, &maps.k, cb * G_CB, K0, hk, b, bar_kv);
       FA_UNROLL
-      for (int cb = 0; cb < G_NCB; cb++)
+      for (int cb = 0; cb < G_NCBV; cb++)
         fa_tma_load_4d(sV + cb * G_BN * G_CB, &maps.v, cb * G_CB, K0, hk, b, bar_kv);
       for (int it = 0; it < total; it++) {
         const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
@@ -199,7 +274,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         for (int cb = 0; cb < G_NCB; cb++)
           fa_tma_load_4d(q + cb * G_BM * G_CB, &maps.q, cb * G_CB, qa, h, b, &full[st]);
         FA_UNROLL
-        for (int cb = 0; cb < G_NCB; cb++)
+        for (int cb = 0; cb < G_NCBV; cb++)
           fa_tma_load_4d(o + cb * G_BM * G_CB, &maps.o, cb * G_CB, qa, h, b, &full[st]);
       }
     } else if (warp == 1) {
@@ -211,7 +286,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         FA_UNROLL
         for (int cb = 0; cb < G_NCB; cb++) fa_zero_row128(sK + cb * G_BN * G_CB + r * G_CB);
         FA_UNROLL
-        for (int cb = 0; cb < G_NCB; cb++) fa_zero_row128(sV + cb * G_BN * G_CB + r * G_CB);
+        for (int cb = 0; cb < G_NCBV; cb++) fa_zero_row128(sV + cb * G_BN * G_CB + r * G_CB);
       }
       fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
       fa_syncwarp();
@@ -236,6 +311,14 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
   /* ---- consumer warpgroups ------------------------------------------------------------ */
   fa_setmaxnreg_inc<G_CONSUMER_REGS>();
   const int cw = wg - 1, wq = warp % 4, g = lane / 4, tg = lane % 4;
+#if G_CSPLIT
+  const g_ctx cx = {&p, s, sK, sV, sQ, sO, sS, sL, sD, bar_kv, kv_ok, full, empty, b, hk, group,
+                    K0, nk, qlo, qhi, nsteps, total, wq, g, tg, lane};
+  if (cw == 0)
+    g_csplit_consumer<0>(cx);
+  else
+    g_csplit_consumer<1>(cx);
+#else
   const int dq_tma = maps.dq_tma; /* a kernel parameter: the branches on it are uniform */
   /* both consumers' key ranges (a step's dQ needs to know whether either has work) */
   const g_keys mine = g_wg_keys(p, s, K0, nk, cw), other = g_wg_keys(p, s, K0, nk, 1 - cw);
@@ -262,7 +345,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
     G_STEP(it, h, qa);
     const int qn = fa_min(G_BM, qhi + 1 - qa);
-    const int mode = g_mode(mine, qa, qn), any = mode || g_mode(other, qa, qn);
+    const int mode = g_mode(mine, qa, qn, G_BM), any = mode || g_mode(other, qa, qn, G_BM);
     const uint32_t q_addr = fa_smem_addr(sQ + st * G_BM * DQK);
     const uint32_t o_addr = fa_smem_addr(sO + st * G_BM * DV);
     const float *lb = sL + st * G_BM, *db = sD + st * G_BM;
@@ -293,19 +376,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         fa_reg_fence(ST[x]);
         fa_reg_fence(DP[x]);
       }
-      const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
-      FA_UNROLL
-      for (int n = 0; n < G_BM / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int i = e >> 1, c = n * 8 + 2 * tg + (e & 1), q = qa + c;
-          float dcap;
-          const float x = fa_score_grad(p, ST[4 * n + e], alibi2, fabsf((float)(kdist[i] + q)), dcap);
-          const int vis = mode == 1 || (q >= klo[i] && q <= khi[i]);
-          const float pr = vis ? exp2f(x - lb[c]) : 0.0f;
-          ST[4 * n + e] = pr;
-          DP[4 * n + e] = pr != 0.0f ? pr * (DP[4 * n + e] - db[c]) * p.dscale * dcap : 0.0f;
-        }
+      g_probs<G_BM / 8>(ST, DP, p, mode, h, qa, 0, lb, db, klo, khi, kdist, tg);
       FA_UNROLL
       for (int x = 0; x < 16; x++) {
         PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
@@ -316,16 +387,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       for (int x = 0; x < 16; x++) PA[x] = DA[x] = 0u;
     }
     if (any) {
-      /* dS^T rows (keys) of this warpgroup into buffer it & 1: element (key r, row c) at
-       * 128 r + 16 ((c / 8) ^ (r % 8)) + 2 (c % 8), the TMA 128-byte swizzle; zeros from
-       * an idle warpgroup */
-      FA_UNROLL
-      for (int n = 0; n < G_BM / 8; n++)
-        FA_UNROLL
-        for (int i = 0; i < 2; i++) {
-          const int r = kr0 + 8 * i;
-          *(uint32_t *)(sbuf + r * 128 + ((n ^ (r & 7)) * 16) + tg * 4) = DA[2 * n + i];
-        }
+      /* dS^T rows (keys) of this warpgroup into buffer it & 1; zeros from an idle one */
+      g_put_t<G_BM / 8>(sbuf, DA, kr0, 0, tg);
       fa_fence_proxy_async(); /* read by the dQ wgmma (the async proxy) */
     }
     if (mode) {
@@ -416,14 +479,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         fa_bulk_commit();
       }
     } else {
-      FA_UNROLL
-      for (int i = 0; i < 2; i++) {
-        const int q = qa + 16 * wq + g + 8 * i;
-        if (q > qhi) continue;
-        float *dq = (float *)p.dq.p + b * p.dq.sb + q * p.dq.ss + h * p.dq.sh + 64 * qb;
-        FA_UNROLL
-        for (int n = 0; n < 8; n++) fa_atomic_add2(dq + n * 8 + 2 * tg, dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]);
-      }
+      g_dq_atomics(p, dQ, b, h, qa, qhi, 64 * qb, wq, g, tg);
     }
   }
   /* the staging buffer must outlive the reduces' reads of it */
@@ -443,7 +499,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       dv[n * 8 + 2 * tg + 1] += dV[4 * n + 2 * i + 1];
     }
   }
-#endif
+#endif /* G_CSPLIT */
+#endif /* FA_SM90_DEVICE */
 }
 
 extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
@@ -463,6 +520,10 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
    * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
   memset(&maps.dq, 0, sizeof maps.dq);
   maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
+  if (maps.dq_tma && G_CSPLIT) { /* the column-split kernel has no staging buffers */
+    attn__log(ATTN_LOG_INFO, "sm90 backward: dQ mode 1 is not built past head dim 128, dQ by atomics");
+    maps.dq_tma = 0;
+  }
   if (maps.dq_tma && fa_sm90_tmap(&maps.dq, c->dq, DQK, pb->sq, pb->Hq, pb->B, G_BM, FA_TMAP_F32)) {
     attn__log(ATTN_LOG_INFO, "sm90 backward: dQ view not TMA-describable, dQ by atomics");
     maps.dq_tma = 0;

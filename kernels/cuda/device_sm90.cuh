@@ -200,6 +200,54 @@ FA_WGMMA_SS64(fa_wgmma_ss64_tt_bf16, "bf16", "1", "1")
 FA_WGMMA_SS64(fa_wgmma_ss64_tt_f16, "f16", "1", "1")
 FA_WGMMA_RS64_T(fa_wgmma_rs64_t_bf16, "bf16")
 FA_WGMMA_RS64_T(fa_wgmma_rs64_t_f16, "f16")
+/* d[64] += A B, m64n128k16: A from shared memory K-major, B MN-major (transposed): the
+ * head-dim-256 backward's dV += P^T dO and dK += dS^T Q on half the columns, P^T and dS^T
+ * exchanged through shared memory. */
+#define FA_WGMMA_SS_T(name, ty)                                                               \
+  FA_DEV void name(float d[64], uint64_t da, uint64_t db) {                                   \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " FA_WG_REGS64    \
+                 ", %64, %65, 1, 1, 1, 0, 1;\n"                                               \
+                 : FA_WG_D64                                                                  \
+                 : "l"(da), "l"(db));                                                         \
+  }
+FA_WGMMA_SS_T(fa_wgmma_ss_t_bf16, "bf16")
+FA_WGMMA_SS_T(fa_wgmma_ss_t_f16, "f16")
+#define FA_WG_D96 FA_WG_D64, FA_WG_D8(64), FA_WG_D8(72), FA_WG_D8(80), FA_WG_D8(88)
+#define FA_WG_REGS96                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95}"
+/* d[96] += A B, m64n192k16, A K-major and B MN-major (three 64-column blocks LBO apart)
+ * from shared memory: the (192, 128) backward's dK += dS^T Q. */
+#define FA_WGMMA_SS_T192(name, ty)                                                            \
+  FA_DEV void name(float d[96], uint64_t da, uint64_t db) {                                   \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32." ty "." ty " " FA_WG_REGS96    \
+                 ", %96, %97, 1, 1, 1, 0, 1;\n"                                               \
+                 : FA_WG_D96                                                                  \
+                 : "l"(da), "l"(db));                                                         \
+  }
+FA_WGMMA_SS_T192(fa_wgmma_ss_t192_bf16, "bf16")
+FA_WGMMA_SS_T192(fa_wgmma_ss_t192_f16, "f16")
+#undef FA_WGMMA_SS_T192
+#define FA_WG_D16 FA_WG_D8(0), FA_WG_D8(8)
+#define FA_WG_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+/* d[16] (+)= A B, m64n32k16: A and B from shared memory, K-major; scale_d == 0 overwrites
+ * d: the head-dim-256 backward's S^T and dP^T, each consumer 32 of the 64 query rows. */
+#define FA_WGMMA_SS32(name, ty)                                                               \
+  FA_DEV void name(float d[16], uint64_t da, uint64_t db, int scale_d) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." ty "." ty " " FA_WG_REGS16     \
+                 ", %16, %17, p, 1, 1, 0, 0;\n}\n"                                             \
+                 : FA_WG_D16                                                                  \
+                 : "l"(da), "l"(db), "r"(scale_d));                                           \
+  }
+FA_WGMMA_SS32(fa_wgmma_ss32_bf16, "bf16")
+FA_WGMMA_SS32(fa_wgmma_ss32_f16, "f16")
+#undef FA_WGMMA_SS_T
+#undef FA_WGMMA_SS32
 #undef FA_WGMMA_SS
 #undef FA_WGMMA_SS64
 #undef FA_WGMMA_RS_T
@@ -291,6 +339,27 @@ FA_DEV void fa_wgmma_rs64_t_bf16(float d[32], const uint32_t a[4], uint64_t db) 
 }
 FA_DEV void fa_wgmma_rs64_t_f16(float d[32], const uint32_t a[4], uint64_t db) {
   emu_wgmma(d, 64, 0, a, db, 1, 0, 1, 0);
+}
+/* m64n128k16: A K-major from shared memory, B MN-major (the d = 256 backward's dV, dK) */
+FA_DEV void fa_wgmma_ss_t_bf16(float d[64], uint64_t da, uint64_t db) {
+  emu_wgmma(d, 128, da, nullptr, db, 1, 0, 1, 1);
+}
+FA_DEV void fa_wgmma_ss_t_f16(float d[64], uint64_t da, uint64_t db) {
+  emu_wgmma(d, 128, da, nullptr, db, 1, 0, 1, 0);
+}
+/* m64n192k16: A K-major, B MN-major (the (192, 128) backward's dK) */
+FA_DEV void fa_wgmma_ss_t192_bf16(float d[96], uint64_t da, uint64_t db) {
+  emu_wgmma(d, 192, da, nullptr, db, 1, 0, 1, 1);
+}
+FA_DEV void fa_wgmma_ss_t192_f16(float d[96], uint64_t da, uint64_t db) {
+  emu_wgmma(d, 192, da, nullptr, db, 1, 0, 1, 0);
+}
+/* m64n32k16: A, B K-major (the d = 256 backward's S^T, dP^T) */
+FA_DEV void fa_wgmma_ss32_bf16(float d[16], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 32, da, nullptr, db, scale_d, 0, 0, 1);
+}
+FA_DEV void fa_wgmma_ss32_f16(float d[16], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 32, da, nullptr, db, scale_d, 0, 0, 0);
 }
 /* m64n256k16: A from registers, B MN-major (P V at Dv = 256) */
 FA_DEV void fa_wgmma_rs256_t_bf16(float d[128], const uint32_t a[4], uint64_t db) {

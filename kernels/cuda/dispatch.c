@@ -86,6 +86,12 @@ DECLARE_SM90(bwd, hd64)
 #ifdef ATTN_CUDA_SM90_BWD_HD128
 DECLARE_SM90(bwd, hd128)
 #endif
+#ifdef ATTN_CUDA_SM90_BWD_HD192x128
+DECLARE_SM90(bwd, hd192x128)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD256
+DECLARE_SM90(bwd, hd256)
+#endif
 static const sm90_set sm90_fwd[] = {
 #ifdef ATTN_CUDA_SM90_FWD_HD64
     SM90_SET(fwd, 64, 64, hd64)
@@ -106,6 +112,12 @@ static const sm90_set sm90_bwd[] = {
 #endif
 #ifdef ATTN_CUDA_SM90_BWD_HD128
     SM90_SET(bwd, 128, 128, hd128)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD192x128
+    SM90_SET(bwd, 192, 128, hd192x128)
+#endif
+#ifdef ATTN_CUDA_SM90_BWD_HD256
+    SM90_SET(bwd, 256, 256, hd256)
 #endif
     {0, 0, {{NULL, NULL}, {NULL, NULL}}}};
 

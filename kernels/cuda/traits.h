@@ -30,8 +30,8 @@
  * group's S^T and dP^T); the dQ kernel takes 32-key tiles (at 64, 192x128 spilled). Fewer
  * query rows per CTA would not help: 16 is the mma's M.
  *
- * The Hopper kernels (sm_90a only: head dims 64 and 128, the forward also (Dqk, Dv) =
- * (192, 128) and 256) have their own shapes: 3
+ * The Hopper kernels (sm_90a only: head dims 64, 128, 256 and (Dqk, Dv) = (192, 128))
+ * have their own shapes: 3
  * warpgroups (a TMA producer, two wgmma consumers) and 168 registers at entry rebalanced
  * by setmaxnreg to 40 (producer) / 232 (consumers), no spills. The forward
  * (fwd_sm90_body.cuh): 128 rows x 128 keys (FA_SM90_FWD_BN), consumers of 64 rows, a K/V
@@ -40,7 +40,10 @@
  * 256, 128 rows x 64 keys (O is 128 floats a thread: a 128-key S, 64 floats + 32 packed P,
  * would not fit beside it in 232 registers) and 2 stages of 64 KB (193 KB). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
  * keys, a ring of 64-row (Q, dO) tiles, 2 stages and about 166 KB at d = 128, 4 stages and
- * about 134 KB at d = 64; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
+ * about 134 KB at d = 64; at 256 and 192 x 128, 64 keys a CTA with both consumers on them
+ * (rows split for S^T / dP^T, columns for dK, dV, dQ; P^T and dS^T through shared memory:
+ * bwd_sm90_csplit.cuh), 2 stages and about 226 KB at 256, 3 and about 195 KB at 192 x 128,
+ * dQ by atomics only; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
  * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These
  * mma.sync kernels stay the sm_80 path and the fallback (varlen, block masks, other head
  * dims, a deterministic dQ). */

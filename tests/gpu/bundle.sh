@@ -157,7 +157,8 @@ export_build() {
     -o -name fwd_hd128_bf16_causal.cu.o -o -name bwd_hd128_bf16.cu.o \
     -o -name fwd_hd128_bf16_causal_sm90.cu.o -o -name bwd_hd128_bf16_sm90.cu.o \
     -o -name bwd_hd128_f16_causal_sm90.cu.o -o -name fwd_hd64_bf16_sm90.cu.o \
-    -o -name bwd_hd64_bf16_causal_sm90.cu.o -o -name fwd_hd256_bf16_sm90.cu.o \) -print0 |
+    -o -name bwd_hd64_bf16_causal_sm90.cu.o -o -name fwd_hd256_bf16_sm90.cu.o \
+    -o -name bwd_hd256_bf16_sm90.cu.o \) -print0 |
     xargs -0 cp -a --parents -t "$NEW/build") || die "copying the build tree failed"
   [ -d "$BUILD/ptxas" ] && cp -a "$BUILD/ptxas" "$NEW/build/"
   # Executables and shared libraries we built (not CMake's own probes under CMakeFiles/).

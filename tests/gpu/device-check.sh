@@ -244,14 +244,15 @@ BENCH_BIN="$BUILD/bench/gpu/bench_cuda"
 
 # ---- 2. checks ----------------------------------------------------------------------------
 stage ptxas-spills 60 ctest --test-dir "$BUILD" -R cuda_ptxas_spills --output-on-failure
-# Instruction census of eight kernels' machine code (the sm90 backward: one non-causal, one
-# causal; the sm90 forward and backward at d = 64 too, the forward at 256): tensor-core MMAs (HMMA: mma.sync, HGMMA: wgmma), ldmatrix, cp.async, TMA loads
+# Instruction census of nine kernels' machine code (the sm90 backward: one non-causal, one
+# causal; the sm90 forward and backward at d = 64 too, and both at 256): tensor-core MMAs (HMMA: mma.sync, HGMMA: wgmma), ldmatrix, cp.async, TMA loads
 # (UTMALDG), setmaxnreg (USETMAXREG), float32 reductions (RED: the sm90 backward's dQ
 # atomics), and local-memory traffic (which should be zero).
 sass() {
   local obj n
   for k in fwd_hd128_bf16_causal bwd_hd128_bf16 fwd_hd128_bf16_causal_sm90 bwd_hd128_bf16_sm90 \
-           bwd_hd128_f16_causal_sm90 fwd_hd64_bf16_sm90 bwd_hd64_bf16_causal_sm90 fwd_hd256_bf16_sm90; do
+           bwd_hd128_f16_causal_sm90 fwd_hd64_bf16_sm90 bwd_hd64_bf16_causal_sm90 fwd_hd256_bf16_sm90 \
+           bwd_hd256_bf16_sm90; do
     obj=$(find "$BUILD" -name "$k.cu.o" | head -1)
     [ -n "$obj" ] || { echo "no object for $k"; continue; }
     cuobjdump -sass "$obj" >"$BUILD/$k.sass" || return 1

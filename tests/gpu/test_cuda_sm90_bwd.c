@@ -1,6 +1,8 @@
 /* test_cuda_sm90_bwd.c — the Hopper backward (bwd_sm90_body.cuh: TMA, wgmma, warp
- * specialisation, dQ by atomics or TMA reduce-adds) vs the float64 oracle, at head dims 128
- * and 64, in both dQ modes (ATTN_SM90_DQ 0 and 1: without it in the environment, a child
+ * specialisation, dQ by atomics or TMA reduce-adds) vs the float64 oracle, at head dims 128,
+ * 64, 256 and (Dqk, Dv) = (192, 128) (the last two: 64-key CTAs, the consumers splitting
+ * rows for S^T / dP^T and columns for dK, dV, dQ; dQ mode 0 only, as that kernel adds dQ
+ * by atomics), in both dQ modes (ATTN_SM90_DQ 0 and 1: without it in the environment, a child
  * process runs mode 1, as the tunable is read once a process; on the emulator mode 1 runs
  * the core cases only: shapes, GQA, empty rows, unseen keys) (the same case list at each; d = 64 has one swizzled column block, N = 64 products, a 4-stage
  * ring and consumers taking turns at dQ): dQ, dK, dV and d(sinks) on random
@@ -30,6 +32,7 @@ static uint64_t next_seed = 1000;
 static int E;        /* emulated: fewer, smaller cases */
 static int dq_tma;   /* the dQ mode under test (ATTN_SM90_DQ) */
 static int ran_sm90; /* cases the sm90 backward took (at the head dim cases() runs) */
+static int cur_dv;   /* Dv of the cases run() and run_offsets() get with .Dv 0 (0: D) */
 
 static void expect_ok(attn_status st, const char *what, const gc_case *c) {
   if (st == ATTN_OK) return;
@@ -155,6 +158,7 @@ enum { PLANT_UNSEEN = 1, EXPECT_EMPTY = 2, HOT = 4, VS_MMA = 8 };
 /* One case: forward, then the backward (deterministic or not) against the references. */
 static void run(gc_case c, int deterministic, int flags) {
   c.seed = next_seed++;
+  if (!c.Dv) c.Dv = cur_dv;
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
@@ -213,6 +217,7 @@ static void run(gc_case c, int deterministic, int flags) {
  * one (non-deterministic, tested against the oracle elsewhere) on the same forward. */
 static void run_offsets(gc_case c, int64_t q_pos0, int64_t k_pos0, int64_t seq_q, int64_t seq_kv) {
   c.seed = next_seed++;
+  if (!c.Dv) c.Dv = cur_dv;
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
@@ -261,7 +266,7 @@ static void cases(int d, int vs) {
                 .sinks = 1, .alibi = 1, .dtype = ATTN_F16}, 0, vs | PLANT_UNSEEN);
   if (core) return;
   /* every flag: window (both sides, left only), softcap, sinks, ALiBi, GQA / MQA */
-  for (int m = 0; m < 32; m += E ? 5 : 1) {
+  for (int m = 0; m < 32; m += E ? 5 : d > 128 ? 3 : 1) {
     gc_case c = gc_flags_case("sm90 bwd flags", m, E ? 130 : 300, E ? 150 : 280, 70);
     c.D = d;
     run(c, 0, vs);
@@ -293,8 +298,11 @@ static void cases(int d, int vs) {
                 .Hkv = 1, .D = d, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
   /* big shapes: both in the default dQ mode; in mode 1 the first, at d = 128 only (the
    * float64 oracle of one takes 5-15 s on the host, and device-check runs every GPU test
-   * in one stage of 240 s) */
-  if (!E && (!dq_tma || d == 128)) {
+   * in one stage of 240 s); past 128 one of half the size */
+  if (!E && d > 128) {
+    run((gc_case){.name = "sm90 bwd big", .B = 1, .Sq = 1024, .Skv = 1100, .Hq = 4, .Hkv = 2,
+                  .D = d, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, 0);
+  } else if (!E && (!dq_tma || d == 128)) {
     run((gc_case){.name = "sm90 bwd big", .B = 2, .Sq = 2048, .Skv = 2048, .Hq = 4, .Hkv = 2,
                   .D = d, .causal = 1, .sinks = 1, .dtype = ATTN_BF16}, 0, 0);
     if (!dq_tma)
@@ -303,22 +311,7 @@ static void cases(int d, int vs) {
   }
 }
 
-/* 1 when the comma-separated list of built head dims has d. */
-static int has_dim(const char *dims, int d) {
-  for (const char *p = dims; *p;) {
-    char *end;
-    const long x = strtol(p, &end, 10);
-    if (end == p) {
-      p++;
-      continue;
-    }
-    if (x == d && *end != 'x') return 1; /* not the 192 of 192x128 */
-    p = end;
-  }
-  return 0;
-}
-
-/* Every case at both head dims in the dQ mode the process reads (dq_tma); 0, 1 or 77. */
+/* Every case at each built head-dim pair in the dQ mode the process reads (dq_tma); 0, 1 or 77. */
 static int run_mode(void) {
   if (!td_available()) {
     printf("test_cuda_sm90_bwd: no CUDA device, skipped\n");
@@ -329,26 +322,33 @@ static int run_mode(void) {
   const char *dims = attn_cuda_head_dims();
   printf("test_cuda_sm90_bwd on %s, dQ mode %s (ATTN_SM90_DQ=%d); head dims built: %s\n", td_name(),
          dq_tma ? "tma" : "atomic", dq_tma, dims);
-  static const int dim[2] = {128, 64};
+  static const int dim[4][2] = {{128, 128}, {64, 64}, {256, 256}, {192, 128}};
   int any = 0;
   attn_cuda_set_hopper(1);
-  for (int i = 0; i < 2; i++) {
-    if (!has_dim(dims, dim[i])) {
-      printf("test_cuda_sm90_bwd: head dim %d not built, its cases skipped\n", dim[i]);
+  for (int i = 0; i < 4; i++) {
+    if (!gc_have_dims(&(gc_case){.D = dim[i][0], .Dv = dim[i][1], .dtype = ATTN_BF16})) {
+      printf("test_cuda_sm90_bwd: head dims %d x %d not built, their cases skipped\n", dim[i][0], dim[i][1]);
       continue;
     }
+    if (dq_tma && dim[i][0] > 128) {
+      printf("test_cuda_sm90_bwd: head dims %d x %d add dQ by atomics in either mode: mode 0 runs them\n",
+             dim[i][0], dim[i][1]);
+      continue;
+    }
+    cur_dv = dim[i][1];
     any = 1;
     ran_sm90 = 0;
-    cases(dim[i], dim[i] == 64 ? VS_MMA : 0);
-    printf("test_cuda_sm90_bwd: %d cases ran the sm90 backward at head dim %d, dQ mode %d\n",
-           ran_sm90, dim[i], dq_tma);
+    cases(dim[i][0], dim[i][0] == 64 ? VS_MMA : 0);
+    printf("test_cuda_sm90_bwd: %d cases ran the sm90 backward at head dims %d x %d, dQ mode %d\n",
+           ran_sm90, dim[i][0], dim[i][1], dq_tma);
     /* the emulator models compute capability 9.0: every case that may take sm90 must */
-    TU_CHECK(!td_emulated() || ran_sm90 >= 10, "only %d cases ran the sm90 backward at d = %d",
-             ran_sm90, dim[i]);
+    TU_CHECK(!td_emulated() || ran_sm90 >= 10, "only %d cases ran the sm90 backward at %d x %d",
+             ran_sm90, dim[i][0], dim[i][1]);
   }
   attn_cuda_set_hopper(-1);
+  cur_dv = 0;
   if (!any) {
-    printf("test_cuda_sm90_bwd: head dims 64 and 128 not built, skipped\n");
+    printf("test_cuda_sm90_bwd: head dims 64, 128, 256 and 192 x 128 not built, skipped\n");
     return 77;
   }
   return tu_finish(dq_tma ? "test_cuda_sm90_bwd (dQ mode tma)" : "test_cuda_sm90_bwd (dQ mode atomic)");

@@ -13,7 +13,11 @@
  * the kernels' zero-filled rows and dS^T), and a D fragment packed as the A fragments of
  * the next wgmma (the forward's P) gives the product of the chain; m64n256k16 with A from
  * registers and B MN-major over four 64-column blocks (head dim 256's P V) equals the plain
- * product too; and setmaxnreg moves
+ * product too; so do m64n32k16 with both operands K-major, B starting 32 rows into its
+ * tile, and m64n128k16 with A K-major and B MN-major from shared memory (head dim 256's
+ * backward: S^T, dP^T on half the rows; dV, dK on half the columns), and m64n192k16 with
+ * A K-major and B MN-major over three 64-column blocks (the (192, 128) backward's dK); and
+ * setmaxnreg moves
  * registers as the sm90 kernels split a 384-thread CTA (a wrong split hangs: the ctest
  * times out). Inputs are small integers (or raw 16-bit patterns), so results are exact
  * and compared with ==.
@@ -51,6 +55,9 @@ struct prim_out {
   float d6[M * 64];             /* A G^T, G = I written by the threads: A */
   float d7[M * N];              /* d6's D fragment packed as A fragments, times V */
   float d8[M * N2];             /* m64n256k16: RS, B MN-major (V2's four column blocks) */
+  float d9[M * 32];             /* m64n32k16: SS K-major, Bk rows 32..63 */
+  float d10[M * N];             /* m64n128k16: SS, A K-major, B MN-major (V) */
+  float d11[M * 192];           /* m64n192k16: SS, A K-major, B MN-major (V2's first 3 blocks) */
 };
 
 /* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
@@ -64,6 +71,12 @@ FA_DEV void store_d64(float *out, const float d[32], int t) {
   const int w = t / 32, g = (t % 32) / 4, c = t % 4;
   for (int i = 0; i < 8; i++)
     for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
+FA_DEV void store_d32(float *out, const float d[16], int t) {
+  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
+  for (int i = 0; i < 4; i++)
+    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 32 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
 
 FA_DEV void store_d256(float *out, const float d[128], int t) {
@@ -190,6 +203,23 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d64(out->d5, e, t);
+  /* D9 = A Bk[32..63]^T (m64n32k16, both K-major; B 32 rows = 4096 bytes into its tile);
+   * D10 = 1 + A V (m64n128k16: A K-major, B MN-major from V's two column blocks) */
+  float f9[16];
+  fa_wgmma_fence();
+  for (int kk = 0; kk < K / 16; kk++)
+    fa_wgmma_ss32_bf16(f9, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(bk + 32 * 128 + 32 * kk, 16, 1024),
+                       kk > 0);
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d32(out->d9, f9, t);
+  for (int i = 0; i < 64; i++) d[i] = 1.0f;
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++)
+    fa_wgmma_ss_t_bf16(d, fa_wgmma_desc(a + 32 * kc, 16, 1024), fa_wgmma_desc(v + 2048 * kc, K * 128, 1024));
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_d(out->d10, d, t);
 
   /* G = I [64][64] by thread stores (K-major, swizzled as TMA lands rows) into sX, made
    * visible to the async proxy; D6 = A G^T = A; then D6's D fragment packed as the A
@@ -232,7 +262,8 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
   FA_SMEM(raw);
   unsigned char *sm = raw + ((1024 - (fa_smem_addr(raw) & 1023)) & 1023);
   uint16_t *sV2 = (uint16_t *)sm; /* [4 column blocks][K][64] */
-  uint64_t *bar = (uint64_t *)(sV2 + 4 * K * 64);
+  uint16_t *sA = sV2 + 4 * K * 64; /* [M][64] */
+  uint64_t *bar = (uint64_t *)(sA + M * 64);
   const int t = (int)threadIdx.x;
   if (t == 0) {
     fa_mbar_init(bar, 1);
@@ -240,8 +271,9 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
   }
   FA_SYNC();
   if (t == 0) {
-    fa_mbar_arrive_expect_tx(bar, 4 * K * 128);
+    fa_mbar_arrive_expect_tx(bar, 4 * K * 128 + M * 128);
     for (int cb = 0; cb < 4; cb++) fa_tma_load_4d(sV2 + cb * K * 64, &maps.v2, 64 * cb, 0, 0, 0, bar);
+    fa_tma_load_4d(sA, &maps.a, 0, 0, 0, 0, bar);
   }
   fa_mbar_wait(bar, 0);
   uint32_t pa[K / 16][4];
@@ -255,6 +287,17 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_d256(out->d8, f, t);
+  /* D11 = 1 + A V2[:, 0..191]: m64n192k16, A K-major, B MN-major over three blocks */
+  const uint32_t a = fa_smem_addr(sA);
+  for (int i = 0; i < 96; i++) f[i] = 1.0f;
+  fa_wgmma_fence();
+  for (int kc = 0; kc < K / 16; kc++)
+    fa_wgmma_ss_t192_bf16(f, fa_wgmma_desc(a + 32 * kc, 16, 1024), fa_wgmma_desc(v2 + 2048 * kc, K * 128, 1024));
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  for (int i = 0; i < 24; i++)
+    for (int e = 0; e < 4; e++)
+      out->d11[(16 * (t / 32) + (t % 32) / 4 + 8 * (e >> 1)) * 192 + 8 * i + 2 * (t % 4) + (e & 1)] = f[4 * i + e];
 #else
   (void)maps;
   (void)p_bits;
@@ -372,7 +415,7 @@ int main(void) {
   make_map(&maps.y, dy, 64, YR, BOX_R);
   make_map(&maps.v2, dv2, N2, K, K);
   const size_t smem = 1024 + 2 * (2 * BOX_R * 64 + M * 64 + N * 64 + 2 * K * 64) + 16;
-  const size_t smem256 = 1024 + 2 * 4 * K * 64 + 16;
+  const size_t smem256 = 1024 + 2 * (4 * K * 64 + M * 64) + 16;
 #ifndef ATTN_CUDA_EMULATE
   cudaFuncSetAttribute(prim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 #endif
@@ -422,6 +465,24 @@ int main(void) {
       if (out.d8[m * N2 + n] != (float)s9 && bad9++ < 5)
         printf("FAIL: N=256 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d8[m * N2 + n], s9);
     }
+  int bad10 = 0, bad11 = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      int s10 = 0, s11 = 1;
+      for (int k = 0; k < K; k++) s10 += fA(m, k) * fB(32 + n % 32, k), s11 += fA(m, k) * fV(k, n);
+      if (n < 32 && out.d9[m * 32 + n] != (float)s10 && bad10++ < 5)
+        printf("FAIL: N=32 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d9[m * 32 + n], s10);
+      if (out.d10[m * N + n] != (float)s11 && bad11++ < 5)
+        printf("FAIL: SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d10[m * N + n], s11);
+    }
+  int bad12 = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < 192; n++) {
+      int s12 = 1;
+      for (int k = 0; k < K; k++) s12 += fA(m, k) * fV2(k, n);
+      if (out.d11[m * 192 + n] != (float)s12 && bad12++ < 5)
+        printf("FAIL: N=192 SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d11[m * 192 + n], s12);
+    }
   int bad3 = 0, bad4 = 0, bad6 = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < 64; n++) {
@@ -442,12 +503,12 @@ int main(void) {
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
-  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad_nreg;
+  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad10 + bad11 + bad12 + bad_nreg;
   printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
          "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, "
          "TMA store %d wrong, thread-written operand %d wrong, D as A %d wrong, N=256 RS MN-major %d "
-         "wrong, setmaxnreg %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad9, bad_nreg,
+         "wrong, N=32 SS K-major %d wrong, SS A K-major B MN-major %d wrong, N=192 of those %d wrong, setmaxnreg %d wrong: %s\n",
+         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad9, bad10, bad11, bad12, bad_nreg,
          fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
