@@ -112,6 +112,17 @@ extern "C" {
 #define g_wgmma_rs_t FA_PASTE(g_wgmma_rs_t_, DQK)
 #endif
 
+#if FA_SM90_DEVICE
+/* d[N / 2] (+)= A B, m64nNk16, A and B K-major from shared memory: N = 64 or 32 */
+template <int N> FA_DEV void g_wgmma_ss_kk(float *d, uint64_t da, uint64_t db, int scale_d) {
+  static_assert(N == 64 || N == 32, "m64n64k16 or m64n32k16");
+  if constexpr (N == 64)
+    g_wgmma_ss64(d, da, db, scale_d);
+  else
+    g_wgmma_ss32(d, da, db, scale_d);
+}
+#endif
+
 #ifndef FA_BWD90_MAPS_DEFINED
 #define FA_BWD90_MAPS_DEFINED
 /* TMA descriptors (d, s, h, b) of Q [B,sq,Hq,d], dO [B,sq,Hq,d] (boxes 64 x 64 rows),
@@ -182,6 +193,47 @@ FA_DEV void g_probs(float *ST, float *DP, const fa_params &p, int mode, int h, i
       DP[4 * n + e] = pr != 0.0f ? pr * (DP[4 * n + e] - db[c]) * p.dscale * dcap : 0.0f;
     }
 }
+
+#if FA_SM90_DEVICE
+/* S^T = K Q^T and dP^T = V dO^T (m64nNk16, N query rows: both operands K-major in shared
+ * memory, Dqk/16 and Dv/16 k-steps over 128-byte column blocks; k / v / q / o: the
+ * operands' first rows in column block 0), then P^T and dS^T (g_probs, rows c0..) packed
+ * as the A fragments PA, DA of N/16 k16 chunks of rows. */
+template <int N>
+FA_DEV void g_scores_t(uint32_t *PA, uint32_t *DA, const fa_params &p, int mode, int h, int qa, int c0,
+                       uint32_t k, uint32_t v, uint32_t q, uint32_t o, const float *lb, const float *db,
+                       const int klo[2], const int khi[2], const int kdist[2], int tg) {
+  float ST[N / 2], DP[N / 2]; /* m64nN D fragments: keys x query rows */
+  fa_wgmma_fence();
+  FA_UNROLL
+  for (int kk = 0; kk < DQK / 16; kk++) {
+    /* 16 columns of d: column block kk/4, 32 bytes into the row; 8-row groups 1024 bytes
+     * apart (SBO); LBO is unused by K-major swizzled layouts */
+    const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
+    g_wgmma_ss_kk<N>(ST, fa_wgmma_desc(k + blk * G_BN + in_row, 16, 1024),
+                     fa_wgmma_desc(q + blk * G_BM + in_row, 16, 1024), kk > 0);
+  }
+  FA_UNROLL
+  for (int kk = 0; kk < DV / 16; kk++) {
+    const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
+    g_wgmma_ss_kk<N>(DP, fa_wgmma_desc(v + blk * G_BN + in_row, 16, 1024),
+                     fa_wgmma_desc(o + blk * G_BM + in_row, 16, 1024), kk > 0);
+  }
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  FA_UNROLL
+  for (int x = 0; x < N / 2; x++) {
+    fa_reg_fence(ST[x]);
+    fa_reg_fence(DP[x]);
+  }
+  g_probs<N / 8>(ST, DP, p, mode, h, qa, c0, lb, db, klo, khi, kdist, tg);
+  FA_UNROLL
+  for (int x = 0; x < N / 4; x++) {
+    PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
+    DA[x] = fa_pack(DP[2 * x], DP[2 * x + 1]);
+  }
+}
+#endif
 
 /* Packed pairs A[2 n + i] (the thread's key rows r0 + 8 i, query rows 8 (n0 + n) + 2 tg,
  * + 1) into a [keys][64 rows] tile: element (key r, row c) at 128 r + 16 ((c / 8) ^ (r % 8))
@@ -353,35 +405,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     uint32_t PA[16], DA[16]; /* P^T, dS^T packed: the A fragments of 4 k16 chunks of rows */
     fa_mbar_wait(&full[st], ph);
     if (mode) {
-      float ST[32], DP[32]; /* m64n64 D fragments: keys x query rows */
-      fa_wgmma_fence();
-      FA_UNROLL
-      for (int kk = 0; kk < DQK / 16; kk++) {
-        /* 16 columns of d: column block kk/4, 32 bytes into the row; 8-row groups 1024
-         * bytes apart (SBO); LBO is unused by K-major swizzled layouts */
-        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
-        g_wgmma_ss64(ST, fa_wgmma_desc(k_addr + blk * G_BN + 64 * cw * 128 + in_row, 16, 1024),
-                     fa_wgmma_desc(q_addr + blk * G_BM + in_row, 16, 1024), kk > 0);
-      }
-      FA_UNROLL
-      for (int kk = 0; kk < DV / 16; kk++) {
-        const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
-        g_wgmma_ss64(DP, fa_wgmma_desc(v_addr + blk * G_BN + 64 * cw * 128 + in_row, 16, 1024),
-                     fa_wgmma_desc(o_addr + blk * G_BM + in_row, 16, 1024), kk > 0);
-      }
-      fa_wgmma_commit();
-      fa_wgmma_wait<0>();
-      FA_UNROLL
-      for (int x = 0; x < 32; x++) {
-        fa_reg_fence(ST[x]);
-        fa_reg_fence(DP[x]);
-      }
-      g_probs<G_BM / 8>(ST, DP, p, mode, h, qa, 0, lb, db, klo, khi, kdist, tg);
-      FA_UNROLL
-      for (int x = 0; x < 16; x++) {
-        PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
-        DA[x] = fa_pack(DP[2 * x], DP[2 * x + 1]);
-      }
+      g_scores_t<64>(PA, DA, p, mode, h, qa, 0, k_addr + 64 * cw * 128, v_addr + 64 * cw * 128, q_addr,
+                     o_addr, lb, db, klo, khi, kdist, tg);
     } else {
       FA_UNROLL
       for (int x = 0; x < 16; x++) PA[x] = DA[x] = 0u;

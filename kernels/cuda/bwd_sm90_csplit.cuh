@@ -41,6 +41,16 @@ template <int N> FA_DEV void g_wgmma_ss_tn(float *d, uint64_t da, uint64_t db) {
     g_wgmma_ss_t192(d, da, db);
 }
 
+/* d += A B over the step's 64 rows: A = dS^T / P^T (keys x rows, K-major, 32 bytes a k16
+ * chunk into the 128-byte row), B = Q / dO from column block b (MN-major: LBO G_BM * 128
+ * to the next block, SBO 1024 between 8-row groups). */
+template <int N> FA_DEV void g_grad_t(float *d, uint32_t a, uint32_t b) {
+  FA_UNROLL
+  for (int kc = 0; kc < G_BM / 16; kc++)
+    g_wgmma_ss_tn<N>(d, fa_wgmma_desc(a + (uint32_t)kc * 32, 16, 1024),
+                     fa_wgmma_desc(b + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
+}
+
 /* What the consumers share with the kernel: the problem, the shared-memory tiles and
  * barriers (bwd_sm90_body.cuh's layout), the CTA's keys and steps, and the thread's place. */
 struct g_ctx {
@@ -91,36 +101,10 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
     if (any) {
       uint32_t PA[8], DA[8]; /* P^T, dS^T of the thread's keys x its 32 rows, packed */
       if (mode) {
-        float ST[16], DP[16]; /* m64n32 D fragments: keys x query rows 32 W.. */
-        fa_wgmma_fence();
-        FA_UNROLL
-        for (int kk = 0; kk < DQK / 16; kk++) {
-          /* 16 columns: block kk/4, 32 bytes into the row; Q's rows 32 W.. are 4096 bytes
-           * into each column block (a whole number of 1024-byte swizzle patterns) */
-          const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
-          g_wgmma_ss32(ST, fa_wgmma_desc(k_addr + blk * G_BN + in_row, 16, 1024),
-                       fa_wgmma_desc(q_addr + blk * G_BM + 32 * W * 128 + in_row, 16, 1024), kk > 0);
-        }
-        FA_UNROLL
-        for (int kk = 0; kk < DV / 16; kk++) {
-          const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
-          g_wgmma_ss32(DP, fa_wgmma_desc(v_addr + blk * G_BN + in_row, 16, 1024),
-                       fa_wgmma_desc(o_addr + blk * G_BM + 32 * W * 128 + in_row, 16, 1024), kk > 0);
-        }
-        fa_wgmma_commit();
-        fa_wgmma_wait<0>();
-        FA_UNROLL
-        for (int x = 0; x < 16; x++) {
-          fa_reg_fence(ST[x]);
-          fa_reg_fence(DP[x]);
-        }
-        g_probs<4>(ST, DP, p, mode, h, qa, 32 * W, cx.sL + st * G_BM, cx.sD + st * G_BM, klo, khi,
-                   kdist, tg);
-        FA_UNROLL
-        for (int x = 0; x < 8; x++) {
-          PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
-          DA[x] = fa_pack(DP[2 * x], DP[2 * x + 1]);
-        }
+        /* Q's and dO's rows 32 W.. are 4096 bytes into each column block (a whole number of
+         * 1024-byte swizzle patterns) */
+        g_scores_t<32>(PA, DA, p, mode, h, qa, 32 * W, k_addr, v_addr, q_addr + 32 * W * 128,
+                       o_addr + 32 * W * 128, cx.sL + st * G_BM, cx.sD + st * G_BM, klo, khi, kdist, tg);
       } else {
         FA_UNROLL
         for (int x = 0; x < 8; x++) PA[x] = DA[x] = 0u;
@@ -150,20 +134,10 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
     for (int x = 0; x < C::VN / 2; x++) fa_reg_fence(dV[x]);
     float dQ[C::QN][32];
     fa_wgmma_fence();
-    if constexpr (C::KN != 0) {
-      const uint32_t qb0 = q_addr + (uint32_t)(C::KC0 / 64) * G_BM * 128;
-      FA_UNROLL
-      for (int kc = 0; kc < G_BM / 16; kc++)
-        g_wgmma_ss_tn<C::KN>(dK, fa_wgmma_desc(ds_addr + (uint32_t)kc * 32, 16, 1024),
-                                           fa_wgmma_desc(qb0 + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
-    }
-    if constexpr (C::VN != 0) {
-      const uint32_t ob0 = o_addr + (uint32_t)(C::VC0 / 64) * G_BM * 128;
-      FA_UNROLL
-      for (int kc = 0; kc < G_BM / 16; kc++)
-        g_wgmma_ss_tn<C::VN>(dV, fa_wgmma_desc(p_addr + (uint32_t)kc * 32, 16, 1024),
-                                           fa_wgmma_desc(ob0 + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
-    }
+    if constexpr (C::KN != 0)
+      g_grad_t<C::KN>(dK, ds_addr, q_addr + (uint32_t)(C::KC0 / 64) * G_BM * 128);
+    if constexpr (C::VN != 0)
+      g_grad_t<C::VN>(dV, p_addr, o_addr + (uint32_t)(C::VC0 / 64) * G_BM * 128);
     fa_wgmma_commit();
     FA_UNROLL
     for (int j = 0; j < C::QN; j++) {
