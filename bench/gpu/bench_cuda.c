@@ -10,7 +10,7 @@
  * timing includes zeroing the float32 dq/dk/dv accumulators and the delta/dsinks pass.
  * --path picks the kernels: mma (the mma.sync kernels), sm90 (the Hopper TMA + wgmma
  * kernels where the dispatcher takes them: bf16/f16 at the head dims they are built for;
- * the backward without --det, as its dQ is added with atomics), both, or auto (the
+ * with --det the backward's dQ in key-block order, through the workspace's semaphores), both, or auto (the
  * default: both for bf16 where sm90 applies, mma elsewhere);
  * both paths of a shape run side by side and the sm90 row says its speed relative to
  * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).

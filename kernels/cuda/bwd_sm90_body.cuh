@@ -25,8 +25,8 @@
  *   dV += P^T dO, dK += dS^T Q     (m64n<d>k16, A = the D fragment reused as A, B MN-major),
  *   dS^T -> shared memory (two buffers), a named barrier over both consumers, then
  *   dQ = dS K over the 128 keys    (m64n64k16, A = dS^T MN-major, B = K MN-major)
- * added to the float32 dQ (not deterministic: ATTN_DETERMINISTIC runs the mma.sync
- * kernels). At d = 128 consumer w computes dQ's column block w every step; at d = 64 there
+ * added to the float32 dQ (deterministic = 1 orders those adds: "the deterministic dQ"
+ * below). At d = 128 consumer w computes dQ's column block w every step; at d = 64 there
  * is one column block, and consumer (step & 1) computes it, so the two take turns (the
  * other starts the next step) and each dQ element gets one add a step. Two dQ modes, per
  * launch (ATTN_SM90_DQ, a kernel parameter, warp-uniform branches): 0, the default, float2
@@ -39,7 +39,8 @@
  * thread a step, for 32 KB more shared memory. Neither mode has run on a GPU: the default
  * stays the atomics until a GPU session has timed the two (A/B). The CTA is the only
  * writer of its dK/dV rows. What this kernel does not do goes to the
- * mma.sync backward (dispatch.c): deterministic dQ, varlen, block masks, head dims other
+ * mma.sync backward (dispatch.c): a deterministic dQ without the workspace's semaphores,
+ * varlen, block masks, head dims other
  * than 64, 128 and 256, views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
@@ -70,11 +71,11 @@ extern "C" {
 #define G_QBYTES (G_BM * DQK * 2)
 #define G_OBYTES (G_BM * DV * 2)
 #define G_SBYTES (G_BN * G_BM * 2) /* one dS^T buffer */
-#define G_NBAR (2 + 2 * G_STAGES)
+#define G_NBAR (3 + 2 * G_STAGES) /* the mbarriers, then the deterministic dQ's ticket */
 /* tiles, LSE / delta, then the mbarriers; + 1024 to align the tiles to the swizzle pattern */
 #define G_TILE_BYTES                                                                         \
   (G_KBYTES + G_VBYTES + G_STAGES * (G_QBYTES + G_OBYTES) + G_NSBUF * G_SBYTES +             \
-   G_STAGES * 2 * G_BM * 4 + 8 * G_NBAR)
+   G_STAGES * 2 * G_BM * 4 + G_STAGES * 8 + 8 * G_NBAR)
 #define G_SMEM_BYTES (1024 + G_TILE_BYTES)
 /* the dQ mode "tma" (ATTN_SM90_DQ=1) adds, 1024-aligned after the rest, one float32
  * staging buffer a consumer: [2 halves of 32 columns][G_BM rows][32], 128-byte swizzle */
@@ -263,6 +264,59 @@ FA_DEV void g_dq_atomics(const fa_params &p, const float dQ[32], int b, int h, i
   }
 }
 
+/* ---- the deterministic dQ (p.dq_sem) -------------------------------------------------------
+ * Every CTA's steps are the same 64-row tiles of dQ (qlo is rounded down to a multiple of
+ * 64), and for one tile, per consumer part, the key CTAs add their dQ in key-block order:
+ * the semaphore of (b, h, tile, part) counts the CTAs that have added, and the CTA of key
+ * block kb waits for it to reach the number of CTAs before it that have the tile among
+ * their steps. Query ranges are monotone in the key, so those are the key blocks
+ * [g_first_block, kb): the first whose last key a row of the tile sees, and every block
+ * up to kb (none of them is empty). Each visiting CTA posts once per (tile, part), also at
+ * a step with nothing to add. */
+FA_DEV int64_t g_sem_count(const fa_params &p) { return p.B * p.Hq * ((p.sq + 63) / 64) * 2; }
+
+FA_DEV int g_first_block(const fa_params &p, const fa_seg &s, int kb, int qa) {
+  int lo = 0, hi = kb;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    int a, z;
+    fa_key_rows(p, FA_CAUSAL, s, fa_min((mid + 1) * G_BN, (int)p.skv) - 1, a, z);
+    if (z >= qa)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+FA_DEV int32_t *g_dq_sem(const fa_params &p, int b, int h, int qa, int part) {
+  return p.dq_sem + (((int64_t)b * p.Hq + h) * ((p.sq + 63) / 64) + qa / G_BM) * 2 + part;
+}
+
+/* consumer cw's warpgroup at its own named barrier (constant ids: ptxas reserves those) */
+FA_DEV void g_wg_bar(int cw) {
+  if (cw)
+    fa_named_bar_sync(G_BAR_DQ + 1, 128);
+  else
+    fa_named_bar_sync(G_BAR_DQ, 128);
+}
+
+/* Waits, in the deterministic mode, for consumer cw's turn to add part `part` of tile qa
+ * of head h: `want` CTAs before it (the producer's count for the step, sW). Every thread
+ * of the warpgroup waits (acquires) itself: one waiting thread and a barrier made ptxas
+ * spill 116 bytes at d = 128 (a divergent loop among the live accumulators). Then
+ * g_dq_done, after its adds, passes the turn on. */
+FA_DEV void g_dq_turn(const fa_params &p, int b, int h, int qa, int part, int want) {
+  if (!p.dq_sem) return;
+  fa_sem_wait(g_dq_sem(p, b, h, qa, part), want);
+}
+FA_DEV void g_dq_done(const fa_params &p, int b, int h, int qa, int part, int cw, int tid) {
+  if (!p.dq_sem) return;
+  fa_fence_gpu();
+  g_wg_bar(cw);
+  if ((tid & 127) == 0) fa_sem_post(g_dq_sem(p, b, h, qa, part));
+}
+
 #if G_CSPLIT && FA_SM90_DEVICE
 #include "bwd_sm90_csplit.cuh"
 #endif
@@ -278,17 +332,33 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [G_NSBUF][G_BN keys][64 rows] dS^T (+ P^T), swizzled */
   float *sL = (float *)(sS + G_NSBUF * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
   float *sD = sL + G_STAGES * G_BM;            /* [G_STAGES][G_BM] delta */
-  uint64_t *bar_kv = (uint64_t *)(sD + G_STAGES * G_BM);
+  int *sW = (int *)(sD + G_STAGES * G_BM);     /* [G_STAGES][2] deterministic dQ: the turn */
+  uint64_t *bar_kv = (uint64_t *)(sW + 2 * G_STAGES);
   uint64_t *kv_ok = bar_kv + 1, *full = kv_ok + 1, *empty = full + G_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
-  const int b = (int)blockIdx.z, hk = (int)blockIdx.y, group = (int)p.group;
+  const int group = (int)p.group;
+  /* The CTA's key block kb of KV head hk, batch b: the block index, or under a
+   * deterministic dQ a ticket, so that every key block a CTA waits for (g_dq_turn) has
+   * started before it, whatever order the hardware starts CTAs in. */
+  int kb = (int)blockIdx.x, hk = (int)blockIdx.y, b = (int)blockIdx.z;
+  if (p.dq_sem) {
+    int *ticket = (int *)(empty + G_STAGES);
+    if (tid == 0) *ticket = fa_ticket(p.dq_sem + g_sem_count(p));
+    FA_SYNC();
+    const int t = *ticket, nx = (int)gridDim.x, ny = (int)gridDim.y;
+    kb = t % nx;
+    hk = t / nx % ny;
+    b = t / nx / ny;
+  }
   const fa_seg s = fa_make_seg(p, 0);
-  const int K0 = (int)blockIdx.x * G_BN, nk = fa_min(G_BN, (int)p.skv - K0);
-  /* query rows that may see any of the keys (monotone in the key) */
+  const int K0 = kb * G_BN, nk = fa_min(G_BN, (int)p.skv - K0);
+  /* query rows that may see any of the keys (monotone in the key); the steps start at
+   * a multiple of 64, so that every CTA's steps are the same 64-row tiles of dQ */
   int qlo, qhi, x0, x1;
   fa_key_rows(p, FA_CAUSAL, s, K0, qlo, x0);
   fa_key_rows(p, FA_CAUSAL, s, K0 + nk - 1, x1, qhi);
   if (qlo > qhi) return; /* no query sees these keys: their gradients stay as they are */
+  qlo -= qlo % G_BM;
   const int nsteps = (qhi - qlo + G_BM) / G_BM, total = nsteps * group;
 
   if (tid == 0) {
@@ -353,6 +423,9 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
           sL[st * G_BM + r] = ok ? p.lse_in[row0 + qa + r] * FA_LOG2E : 0.0f;
           sD[st * G_BM + r] = ok ? p.delta[row0 + qa + r] : 0.0f;
         }
+        /* a deterministic dQ: the key CTAs that add to this step's tile before this one
+         * (worked out here, where registers are free, for the consumers' g_dq_turn) */
+        if (lane == 0 && p.dq_sem) sW[2 * st] = kb - g_first_block(p, s, kb, qa);
         fa_syncwarp();
         if (lane == 0) fa_mbar_arrive(&full[st]);
       }
@@ -364,8 +437,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_setmaxnreg_inc<G_CONSUMER_REGS>();
   const int cw = wg - 1, wq = warp % 4, g = lane / 4, tg = lane % 4;
 #if G_CSPLIT
-  const g_ctx cx = {&p, s, sK, sV, sQ, sO, sS, sL, sD, bar_kv, kv_ok, full, empty, b, hk, group,
-                    K0, nk, qlo, qhi, nsteps, total, wq, g, tg, lane};
+  const g_ctx cx = {&p, s, sK, sV, sQ, sO, sS, sL, sD, sW, bar_kv, kv_ok, full, empty, b, hk,
+                    group, K0, nk, qlo, qhi, nsteps, total, tid, wq, g, tg, lane};
   if (cw == 0)
     g_csplit_consumer<0>(cx);
   else
@@ -446,8 +519,9 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
         fa_reg_fence(dV[x]);
       }
     }
+    const int want = sW[2 * st]; /* read before the stage is released (deterministic dQ) */
     fa_syncwarp();
-    if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta of the stage are done */
+    if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta (and the turn) are done */
     /* Both consumers' dS^T are in buffer it & 1; and each has waited for its dQ GEMM of
      * step it - 1, so buffer (it + 1) & 1 may be rewritten at step it + 1. Every step syncs,
      * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
@@ -461,11 +535,17 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     fa_named_bar_sync(G_BAR_DS, 256);
     /* the same for both consumers: at d = 128 each has a column block, at d = 64 they
      * take turns */
-    if (!any || (G_NCB == 1 && (it & 1) != cw)) continue;
+    if (G_NCB == 1 && (it & 1) != cw) continue;
     /* dQ[:, 64 qb + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
      * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block qb,
-     * MN-major the same way */
+     * MN-major the same way. A deterministic dQ waits for the turn of column block qb
+     * (the consumer's part), and passes it on also when it has nothing to add. */
     const int qb = G_NCB == 2 ? cw : 0;
+    g_dq_turn(p, b, h, qa, qb, want);
+    if (!any) {
+      g_dq_done(p, b, h, qa, qb, cw, tid);
+      continue;
+    }
     float dQ[32];
     const uint32_t s_addr = fa_smem_addr(sbuf);
     fa_wgmma_fence();
@@ -506,6 +586,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     } else {
       g_dq_atomics(p, dQ, b, h, qa, qhi, 64 * qb, wq, g, tg);
     }
+    g_dq_done(p, b, h, qa, qb, cw, tid);
   }
   /* the staging buffer must outlive the reduces' reads of it */
   if (dq_tma && (tid & 127) == 0) fa_bulk_wait_read<0>();
@@ -530,7 +611,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
 
 extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  if (c->deterministic || pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+  if (pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
+  if (c->deterministic && !c->dq_sems) return FA_ERR_FALLBACK; /* the dispatcher sends it to mma */
   static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
   if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_bwd_))) return FA_ERR_FALLBACK;
   fa_params p = fa_bwd_params(c);
@@ -545,6 +627,12 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
    * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
   memset(&maps.dq, 0, sizeof maps.dq);
   maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
+  if (c->deterministic) { /* dQ by atomics in key-block order: semaphores zeroed on the stream */
+    maps.dq_tma = 0;
+    p.dq_sem = c->dq_sems;
+    const int e0 = attn_cuda__zero(c->dq_sems, (int64_t)(c->dq_sem_bytes / 4), c->stream);
+    if (e0) return e0;
+  }
   if (maps.dq_tma && G_CSPLIT) { /* the column-split kernel has no staging buffers */
     attn__log(ATTN_LOG_INFO, "sm90 backward: dQ mode 1 is not built past head dim 128, dQ by atomics");
     maps.dq_tma = 0;

@@ -58,8 +58,9 @@ struct g_ctx {
   fa_seg s;
   fa_elem *sK, *sV, *sQ, *sO, *sS;
   float *sL, *sD;
+  int *sW; /* [G_STAGES][2]: the deterministic dQ's turn of each stage's step */
   uint64_t *bar_kv, *kv_ok, *full, *empty;
-  int b, hk, group, K0, nk, qlo, qhi, nsteps, total, wq, g, tg, lane;
+  int b, hk, group, K0, nk, qlo, qhi, nsteps, total, tid, wq, g, tg, lane;
 };
 
 template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
@@ -67,6 +68,7 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
   const fa_params &p = *cx.p;
   const int hk = cx.hk, group = cx.group, qlo = cx.qlo, nsteps = cx.nsteps; /* for G_STEP */
   const int b = cx.b, K0 = cx.K0, nk = cx.nk, qhi = cx.qhi, wq = cx.wq, g = cx.g, tg = cx.tg;
+  const int tid = cx.tid;
   const g_keys all = g_wg_keys(p, cx.s, K0, nk, 0);
   const int kr0 = 16 * wq + g; /* the thread's two keys: kr0, kr0 + 8 */
   int klo[2], khi[2], kdist[2];
@@ -119,8 +121,12 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
      * (it + 1) & 1 may be rewritten at step it + 1 (the argument of the d = 128 kernel). */
     fa_named_bar_sync(G_BAR_DS, 256);
     if (!any) {
+      const int want = cx.sW[2 * st];
       fa_syncwarp();
       if (cx.lane == 0) fa_mbar_arrive(&cx.empty[st]);
+      /* a deterministic dQ's turn is passed on also with nothing to add */
+      g_dq_turn(p, b, h, qa, W, want);
+      g_dq_done(p, b, h, qa, W, W, tid);
       continue;
     }
     /* dK += dS^T Q, dV += P^T dO on the consumer's columns: A K-major (keys x rows, 32
@@ -153,8 +159,10 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
     for (int x = 0; x < C::KN / 2; x++) fa_reg_fence(dK[x]);
     FA_UNROLL
     for (int x = 0; x < C::VN / 2; x++) fa_reg_fence(dV[x]);
+    const int want = cx.sW[2 * st]; /* read before the stage is released */
     fa_syncwarp();
     if (cx.lane == 0) fa_mbar_arrive(&cx.empty[st]);
+    g_dq_turn(p, b, h, qa, W, want); /* a deterministic dQ: this part's turn */
     fa_wgmma_wait<C::QN - 1>();
     FA_UNROLL
     for (int x = 0; x < 32; x++) fa_reg_fence(dQ[0][x]);
@@ -165,6 +173,7 @@ template <int W> FA_DEV void g_csplit_consumer(const g_ctx &cx) {
       for (int x = 0; x < 32; x++) fa_reg_fence(dQ[1][x]);
       g_dq_atomics(p, dQ[1], b, h, qa, qhi, 64 * (C::QB0 + 1), wq, g, tg);
     }
+    g_dq_done(p, b, h, qa, W, W, tid);
   }
 
   /* the CTA is the only writer of its dK / dV rows */

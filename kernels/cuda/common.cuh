@@ -39,6 +39,7 @@ static inline fa_params fa_bwd_params(const fa_call *c) {
   p.dk = c->dk;
   p.dv = c->dv;
   p.fuse_dq = !c->deterministic;
+  p.dq_sem = NULL; /* the sm90 launcher sets it for a deterministic dQ */
   return p;
 }
 

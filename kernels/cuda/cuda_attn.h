@@ -70,8 +70,11 @@ typedef struct {
  * launching anything. ATTN_OK or UNSUPPORTED / INVALID_ARG with a message. */
 attn_status attn_cuda_check(const attn_cuda_problem *p);
 
-/* Workspace every launcher below needs for p (0 when none: then workspace may be NULL).
- * One workspace serves any sequence of calls on one stream. */
+/* Workspace the launchers below use for p (0 when none: then workspace may be NULL).
+ * Varlen needs it (tile tables); otherwise, for bf16/f16, it holds the Hopper backward's
+ * deterministic-dQ semaphores, and a smaller one (or NULL) only sends a deterministic
+ * backward to the mma.sync kernels. One workspace serves any sequence of calls on one
+ * stream (each backward rezeroes the semaphores on the stream). */
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p);
 
 /* One-shot forward: o [B,sq,Hq,Dv] (p->dtype), lse [B,Hq,lse_rows] float32 at row
@@ -125,8 +128,9 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p);
 /* The family the last bf16/f16 attn_cuda_fwd or attn_cuda_fwd_block call of the process
  * ran: "sm90" or "mma". */
 const char *attn_cuda_last_fwd_path(void);
-/* The same for attn_cuda_bwd_block (the Hopper backward also needs deterministic == 0),
- * and the family its last bf16/f16 call ran: "sm90" or "mma". */
+/* The same for attn_cuda_bwd_block (given the workspace attn_cuda_workspace_bytes asks:
+ * without it a deterministic dQ runs mma.sync), and the family its last bf16/f16 call
+ * ran: "sm90" or "mma". */
 const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic);
 const char *attn_cuda_last_bwd_path(void);
 

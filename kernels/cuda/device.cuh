@@ -90,6 +90,26 @@ FA_DEV void fa_atomic_add2(float *p, float a, float b) {
 #endif
 }
 
+/* Ordering between CTAs (the sm90 backward's deterministic dQ): fa_ticket, the next
+ * number of a counter (CTAs take them in the order they start); fa_sem_wait, until *sem ==
+ * want (ld.acquire.gpu; gives up after about a second rather than hang: the adds that
+ * follow stay correct, only their order is lost); fa_fence_gpu, this thread's earlier
+ * global writes and atomics before its later ones for the whole GPU; fa_sem_post, *sem +=
+ * 1 (red.release.gpu). */
+FA_DEV int fa_ticket(int32_t *ctr) { return atomicAdd(ctr, 1); }
+FA_DEV void fa_sem_wait(const int32_t *sem, int want) {
+  for (int spin = 0; spin < (1 << 22); spin++) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    if (v == want) return;
+    __nanosleep(200);
+  }
+}
+FA_DEV void fa_fence_gpu(void) { __threadfence(); }
+FA_DEV void fa_sem_post(int32_t *sem) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
+}
+
 /* Two floats -> two bf16 / f16 in one register, lo in the low half (round to nearest). */
 FA_DEV uint32_t fa_pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -141,6 +161,11 @@ FA_DEV void fa_syncwarp(void) { emu_syncwarp(); }
 FA_DEV void fa_named_bar_sync(int id, int count) { emu_named_bar_sync(id, count); }
 FA_DEV void fa_named_bar_arrive(int id, int count) { emu_named_bar_arrive(id, count); }
 FA_DEV void fa_atomic_add2(float *p, float a, float b) { emu_atomic_add2(p, a, b); }
+/* CTAs run one after another here: a wait that does not hold at once never would */
+FA_DEV int fa_ticket(int32_t *ctr) { return (*ctr)++; }
+FA_DEV void fa_sem_wait(const int32_t *sem, int want) { emu_sem_wait(sem, want); }
+FA_DEV void fa_fence_gpu(void) {}
+FA_DEV void fa_sem_post(int32_t *sem) { ++*sem; }
 FA_DEV uint32_t fa_pack_bf16(float lo, float hi) { return emu_pack_bf16(lo, hi); }
 FA_DEV uint32_t fa_pack_f16(float lo, float hi) { return emu_pack_f16(lo, hi); }
 FA_DEV float fa_bf16_to_float(uint16_t h) { return emu_bf16_to_float(h); }

@@ -126,8 +126,9 @@ static const sm90_set sm90_bwd[] = {
  * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
  * sm90 instance for (the tables above), without varlen or a block mask; the forward both
  * one shot and in block mode (the state-carrying call of the ring: the same conditions,
- * the same kernel); the backward with a non-deterministic dQ (its dQ is added with
- * float32 atomics, so ATTN_DETERMINISTIC / deterministic=1 runs the mma.sync kernels). The
+ * the same kernel); the backward also with a deterministic dQ (ATTN_DETERMINISTIC /
+ * deterministic=1: the key CTAs add each dQ tile in their order, through semaphores in the
+ * workspace; without that workspace, the mma.sync kernels). The
  * launcher itself declines (FA_ERR_FALLBACK) when the build has no sm_90a image or TMA
  * cannot describe a view. Everything else runs the mma.sync kernels. */
 static int hopper_override = -1;
@@ -154,9 +155,10 @@ static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
   return hopper_pick(sm90_fwd, p, why);
 }
 
-static fa_launcher hopper_bwd(const attn_cuda_problem *p, int deterministic, const char **why) {
-  if (deterministic) {
-    *why = "a deterministic dQ runs on mma.sync (sm90 adds dQ in no fixed order)";
+/* no_sems: a deterministic dQ was asked for without the workspace's semaphores */
+static fa_launcher hopper_bwd(const attn_cuda_problem *p, int no_sems, const char **why) {
+  if (no_sems) {
+    *why = "a deterministic dQ on sm90 needs the workspace's semaphores (attn_cuda_workspace_bytes)";
     return NULL;
   }
   return hopper_pick(sm90_bwd, p, why);
@@ -306,19 +308,33 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
   return check_device();
 }
 
-/* Workspace: the query-tile table, then the key-tile table (varlen only). */
+/* Workspace: varlen, the query-tile table, then the key-tile table (required); otherwise,
+ * for bf16/f16 without a block mask, the sm90 backward's deterministic-dQ semaphores
+ * (int32 [B][Hq][ceil(sq / 64)][2] and a ticket counter: optional, a backward without
+ * them takes the mma.sync kernels for a deterministic dQ). */
 static int64_t table_bytes(int64_t rows, int32_t num_seqs) {
   return (attn_cuda__table_entries(rows, num_seqs) * 16 + 255) / 256 * 256;
 }
 
+static int64_t sem_bytes(const attn_cuda_problem *p) {
+  if (p->dtype == ATTN_F32 || p->num_seqs > 0 || p->block_mask) return 0;
+  return (p->B * p->Hq * ((p->sq + 63) / 64) * 2 * 4 + 16 + 255) / 256 * 256;
+}
+
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p) {
-  if (!p || p->num_seqs <= 0) return 0;
+  if (!p) return 0;
+  if (p->num_seqs <= 0) return (size_t)sem_bytes(p);
   return (size_t)(table_bytes(p->sq, p->num_seqs) + table_bytes(p->skv, p->num_seqs));
 }
 
 static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fa_call *c) {
+  const int64_t sems = p->num_seqs > 0 ? 0 : sem_bytes(p);
+  if (sems && ws && bytes >= (size_t)sems && (uintptr_t)ws % 16 == 0) {
+    c->dq_sems = (int32_t *)ws;
+    c->dq_sem_bytes = (size_t)sems;
+  }
+  if (p->num_seqs <= 0) return ATTN_OK;
   size_t need = attn_cuda_workspace_bytes(p);
-  if (!need) return ATTN_OK;
   if (!ws || bytes < need)
     return attn__fail(ATTN_ERR_INVALID_ARG,
                       "workspace of %zu bytes at %p is too small: attn_cuda_workspace_bytes() "
@@ -494,7 +510,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
   if (p->dtype == ATTN_F32) return launched(in->bwd(&c), "flash backward", in);
   const char *why = NULL;
-  const fa_launcher hop = hopper_bwd(p, c.deterministic, &why);
+  const fa_launcher hop = hopper_bwd(p, c.deterministic && !c.dq_sems, &why);
   return launch_choice(&bwd_choice, hop, why, in->bwd, &c, in);
 }
 
@@ -502,7 +518,8 @@ const char *attn_cuda_bwd_path(const attn_cuda_problem *p, int deterministic) {
   const char *why = NULL;
   if (!p || !find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) return "none";
   if (p->dtype == ATTN_F32) return "f32";
-  return hopper_bwd(p, deterministic, &why) ? "sm90" : "mma";
+  (void)deterministic; /* with the workspace attn_cuda_workspace_bytes asks, either takes sm90 */
+  return hopper_bwd(p, 0, &why) ? "sm90" : "mma";
 }
 
 const char *attn_cuda_last_bwd_path(void) { return bwd_choice.used; }

@@ -22,6 +22,8 @@ typedef struct {
   attn_cuda_view dq, dk, dv; /* float32 */
   int deterministic;
   int32_t *tiles_q; /* varlen tile tables in the workspace (NULL when not varlen) */
+  int32_t *dq_sems; /* the sm90 deterministic dQ's semaphores in the workspace (or NULL) */
+  size_t dq_sem_bytes;
   int32_t *tiles_k;
   void *stream;
 } fa_call;
@@ -48,6 +50,8 @@ int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs);
 
 /* state.cu: the generic (any head dim) kernels. 0 or a cudaError_t value. */
 int attn_cuda__state_init(attn_state *st, void *stream);
+/* words 32-bit words at p zeroed on the stream (the deterministic dQ's semaphores) */
+int attn_cuda__zero(void *p, int64_t words, void *stream);
 int attn_cuda__state_merge(attn_state *dst, const attn_state *src, void *stream);
 int attn_cuda__finalize(const attn_cuda_problem *p, const attn_state *st, attn_cuda_view o,
                         float *lse, void *stream);

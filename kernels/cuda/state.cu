@@ -101,6 +101,13 @@ extern "C" int attn_cuda__state_init(attn_state *st, void *stream) {
   return LAUNCH_STATUS();
 }
 
+/* words 32-bit words at p set to 0 on the stream (float 0.0f is all zero bits). */
+extern "C" int attn_cuda__zero(void *p, int64_t words, void *stream) {
+  if (words <= 0) return 0;
+  FA_LAUNCH(fa_fill_kernel, dim3(grid_for(words, 256)), dim3(256), 0, stream, (float *)p, words, 0.0f);
+  return LAUNCH_STATUS();
+}
+
 /* One warp per row (rows are warp-uniform, so the early return keeps warps whole). */
 FA_KERNEL_GENERIC fa_merge_kernel(float *dm, float *dl, float *dacc, const float *sm,
                                   const float *sl, const float *sacc, int64_t rows, int64_t D) {

@@ -46,7 +46,7 @@
  * dQ by atomics only; its dQ mode 1 (ATTN_SM90_DQ=1: TMA reduce-adds from a float32
  * staging buffer a consumer instead of atomics) adds 32 KB, about 200 and 168 KB. These
  * mma.sync kernels stay the sm_80 path and the fallback (varlen, block masks, other head
- * dims, a deterministic dQ). */
+ * dims, a deterministic dQ without its workspace). */
 #ifndef ATTN_CUDA_TRAITS_H
 #define ATTN_CUDA_TRAITS_H
 

@@ -698,6 +698,15 @@ void emu_atomic_add2(float *p, float a, float b) {
   p[1] += b;
 }
 
+void emu_sem_wait(const int32_t *sem, int want) {
+  if (*sem == want) return;
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "semaphore wait for %d finds %d: the CTAs before this one (all finished) never make it %d",
+           want, (int)*sem, want);
+  fail(msg);
+}
+
 uint32_t emu_pack_bf16(float lo, float hi) {
   return (uint32_t)bits_f32_to_bf16(lo) | ((uint32_t)bits_f32_to_bf16(hi) << 16);
 }

@@ -141,6 +141,9 @@ uint32_t emu_swizzle(uint32_t addr, int swizzle_bytes);
 /* p[0] += a, p[1] += b as one float2 atomicAdd (red.global.add.v2.f32, sm_90): p must be
  * 8-byte aligned (an abort, as the GPU's misaligned-address fault). */
 void emu_atomic_add2(float *p, float a, float b);
+/* The deterministic dQ's semaphore wait: CTAs run one after another on the emulator, so
+ * *sem must already be want (else it could never become it: a deadlock on the GPU). */
+void emu_sem_wait(const int32_t *sem, int want);
 
 uint32_t emu_pack_bf16(float lo, float hi);
 uint32_t emu_pack_f16(float lo, float hi);

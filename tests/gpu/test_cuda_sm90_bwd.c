@@ -13,8 +13,10 @@
  * live in padded views (8 extra floats a row, 3 extra rows a batch) whose padding is
  * poisoned (NaN bits; -0.0 in the extra rows, which an add of 0 changes) and must come back
  * untouched. Each case checks the path it ran
- * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; deterministic, varlen and block
- * masks must run mma.sync. bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
+ * (attn_cuda_last_bwd_path) against attn_cuda_bwd_path; varlen and block masks must run
+ * mma.sync; a deterministic dQ runs sm90 (key CTAs in order through semaphores) and must
+ * give the same bits twice (on the emulator, where CTAs run one after another, that holds
+ * anyway: there each semaphore wait must hold at once, which checks the turn counts). bf16/f16 judged by the 2x same-precision rule (gpu_case.c).
  * Blocks of longer sequences (q_pos0 / k_pos0, which the oracle here does not model) are
  * checked against the mma.sync backward instead; so are the d = 64 cases, besides the
  * oracle (VS_MMA).
@@ -194,7 +196,16 @@ static void run(gc_case c, int deterministic, int flags) {
   TU_CHECK(!strcmp(want, got), "backward ran %s, expected %s: %s", got, want, desc);
   ran_sm90 += !strcmp(got, "sm90");
   TU_CHECK(changed == 0, "%lld padding words of dQ/dK/dV written: %s", (long long)changed, desc);
-  gc_check(&P, &out, 1, deterministic ? "sm90 bwd (deterministic: mma.sync)" : "sm90 bwd");
+  gc_check(&P, &out, 1, deterministic ? "sm90 bwd (deterministic)" : "sm90 bwd");
+  if (deterministic) { /* the same inputs again: the same bits */
+    gc_out again = {0};
+    int64_t changed2 = 0;
+    expect_ok(run_bwd(&P, &again, deterministic, &changed2), "attn_cuda_bwd_block (again)", &c);
+    TU_CHECK(!memcmp(again.dq, out.dq, (size_t)gc_n_q(&P) * 4) && !memcmp(again.dk, out.dk, (size_t)gc_n_k(&P) * 4) &&
+                 !memcmp(again.dv, out.dv, (size_t)gc_n_v(&P) * 4),
+             "deterministic backward (%s) gave other bits the second time: %s", got, desc);
+    gc_out_free(&again);
+  }
   if ((flags & VS_MMA) && !strcmp(got, "sm90")) vs_mma(&P, &out, "", desc);
   if (empties) { /* rows that see nothing: dQ exactly 0 */
     int64_t bad = 0;
@@ -288,9 +299,21 @@ static void cases(int d, int vs) {
   run_offsets((gc_case){.name = "sm90 bwd positions window", .B = 2, .Sq = 70, .Skv = 200, .Hq = 2,
                         .Hkv = 2, .D = d, .window = 1, .wl = 50, .wr = 20, .alibi = 1,
                         .dtype = ATTN_F16}, 64, 0, 300, 300);
-  /* routed to mma.sync: deterministic dQ, varlen, block masks */
-  run((gc_case){.name = "sm90 bwd -> mma deterministic", .B = 1, .Sq = 70, .Skv = 140, .Hq = 2,
-                .Hkv = 1, .D = d, .causal = 1, .dtype = ATTN_BF16}, 1, 0);
+  /* a deterministic dQ (key CTAs in order per 64-row tile): several key CTAs and tiles,
+   * causal (CTAs start at different tiles) and not, GQA, a window, empty rows (the same
+   * in either dQ mode: mode 0 runs them) */
+  if (!dq_tma) {
+  run((gc_case){.name = "sm90 bwd deterministic causal", .B = 1, .Sq = E ? 70 : 200, .Skv = E ? 140 : 333,
+                .Hq = 2, .Hkv = 1, .D = d, .causal = 1, .dtype = ATTN_BF16}, 1, 0);
+  run((gc_case){.name = "sm90 bwd deterministic", .B = 2, .Sq = E ? 130 : 300, .Skv = E ? 150 : 290,
+                .Hq = 4, .Hkv = 2, .D = d, .sinks = 1, .dtype = ATTN_F16}, 1, 0);
+  run((gc_case){.name = "sm90 bwd deterministic window", .B = 1, .Sq = E ? 150 : 300, .Skv = E ? 140 : 280,
+                .Hq = 2, .Hkv = 2, .D = d, .window = 1, .wl = 30, .wr = 10, .dtype = ATTN_F16},
+      1, 0);
+  run((gc_case){.name = "sm90 bwd deterministic Sq>Skv", .B = 1, .Sq = E ? 200 : 400, .Skv = 70, .Hq = 2,
+                .Hkv = 1, .D = d, .causal = 1, .dtype = ATTN_BF16}, 1, EXPECT_EMPTY);
+  }
+  /* routed to mma.sync: varlen, block masks */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
   run((gc_case){.name = "sm90 bwd -> mma varlen", .Hq = 2, .Hkv = 1, .D = d, .nseq = 3, .lq = lq,
                 .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
