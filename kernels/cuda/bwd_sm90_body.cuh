@@ -308,7 +308,7 @@ FA_DEV void g_wg_bar(int cw) {
  * g_dq_done, after its adds, passes the turn on. */
 FA_DEV void g_dq_turn(const fa_params &p, int b, int h, int qa, int part, int want) {
   if (!p.dq_sem) return;
-  fa_sem_wait(g_dq_sem(p, b, h, qa, part), want);
+  fa_sem_wait(g_dq_sem(p, b, h, qa, part), want, p.dq_sem + g_sem_count(p) + 1);
 }
 FA_DEV void g_dq_done(const fa_params &p, int b, int h, int qa, int part, int cw, int tid) {
   if (!p.dq_sem) return;

@@ -92,18 +92,20 @@ FA_DEV void fa_atomic_add2(float *p, float a, float b) {
 
 /* Ordering between CTAs (the sm90 backward's deterministic dQ): fa_ticket, the next
  * number of a counter (CTAs take them in the order they start); fa_sem_wait, until *sem ==
- * want (ld.acquire.gpu; gives up after about a second rather than hang: the adds that
- * follow stay correct, only their order is lost); fa_fence_gpu, this thread's earlier
- * global writes and atomics before its later ones for the whole GPU; fa_sem_post, *sem +=
- * 1 (red.release.gpu). */
+ * want (ld.acquire.gpu), unless *gave_up: after about a second without it, it sets
+ * *gave_up and returns, and so do all later waits of the launch (the adds that follow stay
+ * correct, only their order is lost: slow, never hung); fa_fence_gpu, this thread's
+ * earlier global writes and atomics before its later ones for the whole GPU; fa_sem_post,
+ * *sem += 1 (red.release.gpu). */
 FA_DEV int fa_ticket(int32_t *ctr) { return atomicAdd(ctr, 1); }
-FA_DEV void fa_sem_wait(const int32_t *sem, int want) {
-  for (int spin = 0; spin < (1 << 22); spin++) {
+FA_DEV void fa_sem_wait(const int32_t *sem, int want, int32_t *gave_up) {
+  for (int spin = 0; spin < (1 << 20); spin++) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-    if (v == want) return;
-    __nanosleep(200);
+    if (v == want || *(volatile int32_t *)gave_up) return;
+    __nanosleep(500);
   }
+  atomicExch(gave_up, 1);
 }
 FA_DEV void fa_fence_gpu(void) { __threadfence(); }
 FA_DEV void fa_sem_post(int32_t *sem) {
@@ -163,7 +165,7 @@ FA_DEV void fa_named_bar_arrive(int id, int count) { emu_named_bar_arrive(id, co
 FA_DEV void fa_atomic_add2(float *p, float a, float b) { emu_atomic_add2(p, a, b); }
 /* CTAs run one after another here: a wait that does not hold at once never would */
 FA_DEV int fa_ticket(int32_t *ctr) { return (*ctr)++; }
-FA_DEV void fa_sem_wait(const int32_t *sem, int want) { emu_sem_wait(sem, want); }
+FA_DEV void fa_sem_wait(const int32_t *sem, int want, int32_t *) { emu_sem_wait(sem, want); }
 FA_DEV void fa_fence_gpu(void) {}
 FA_DEV void fa_sem_post(int32_t *sem) { ++*sem; }
 FA_DEV uint32_t fa_pack_bf16(float lo, float hi) { return emu_pack_bf16(lo, hi); }
