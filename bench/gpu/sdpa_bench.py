@@ -145,13 +145,16 @@ def compare(args):
         check = "/".join(r[i].get("check", "-") for i in ("attnrun", "attnrun-sm90") if i in r) or "-"
         lines.append(f"| {key[0]} | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
                      + " | ".join(cells) + f" | {ratio} | {ratio90} | {check} |")
+    # deterministic backward rows, each against the same kernels' atomic-dQ row
     for r in det:
         if r["pass"] != "bwd":
             continue
-        base = rows.get(("bwd", dims(r), r["N"], r["causal"]), {}).get("attnrun", {}).get("tflops")
-        lines.append(f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
+        impl = r.get("impl", "attnrun")
+        base = rows.get(("bwd", dims(r), r["N"], r["causal"]), {}).get(impl, {}).get("tflops")
+        label = "bwd deterministic" + (" (sm90)" if impl.startswith("attnrun-sm90") else "")
+        lines.append(f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | {r['tflops'] / base:.2f} of atomic dQ | - |" if base else
-                     f"| bwd deterministic | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
+                     f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
     # the sm90 backward's TMA reduce-add dQ (ATTN_SM90_DQ=1) against its atomics (the default)

@@ -281,8 +281,8 @@ if grep -qE "cuda_hopper_fwd .*Passed" "$CTEST_OUT" 2>/dev/null &&
 fi
 STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens; --path $BENCH_PATH (auto: mma and sm90 side by side)"
 stage bench-attnrun 150 "$BENCH_BIN" --path "$BENCH_PATH" --json "$JSON"
-STAGE_NOTE="deterministic backward, d=128, N=8K"
-stage bench-attnrun-det 40 "$BENCH_BIN" --det --n 8192 --hd 128 --json "$JSON"
+STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
+stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"
 stage bench-torch 150 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
