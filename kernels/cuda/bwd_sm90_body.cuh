@@ -57,7 +57,7 @@ extern "C" {
  * would take 256 (256) or 160 (192 x 128) floats a thread as whole rows. */
 #define G_CSPLIT (DQK > 128)
 #define G_BN (G_CSPLIT ? 64 : 128) /* keys per CTA: two consumers of 64, or both on 64 */
-#define G_BM 64                    /* query rows per step */
+#define G_BM 64                    /* query rows per step: a dQ tile of FA_DQ_TILES */
 #define G_NSBUF (G_CSPLIT ? 4 : 2) /* [dS^T, P^T at 256] x 2 steps: buffers of G_SBYTES */
 /* (Q, dO) ring: the room d = 64 frees buys latency cover (registers, not shared memory,
  * hold the SM to one CTA) */
@@ -273,7 +273,7 @@ FA_DEV void g_dq_atomics(const fa_params &p, const float dQ[32], int b, int h, i
  * [g_first_block, kb): the first whose last key a row of the tile sees, and every block
  * up to kb (none of them is empty). Each visiting CTA posts once per (tile, part), also at
  * a step with nothing to add. */
-FA_DEV int64_t g_sem_count(const fa_params &p) { return p.B * p.Hq * ((p.sq + 63) / 64) * 2; }
+FA_DEV int64_t g_sem_count(const fa_params &p) { return FA_DQ_SEM_WORDS(p.B, p.Hq, p.sq); }
 
 FA_DEV int g_first_block(const fa_params &p, const fa_seg &s, int kb, int qa) {
   int lo = 0, hi = kb;
@@ -290,7 +290,7 @@ FA_DEV int g_first_block(const fa_params &p, const fa_seg &s, int kb, int qa) {
 }
 
 FA_DEV int32_t *g_dq_sem(const fa_params &p, int b, int h, int qa, int part) {
-  return p.dq_sem + (((int64_t)b * p.Hq + h) * ((p.sq + 63) / 64) + qa / G_BM) * 2 + part;
+  return p.dq_sem + (((int64_t)b * p.Hq + h) * FA_DQ_TILES(p.sq) + qa / 64) * 2 + part;
 }
 
 /* consumer cw's warpgroup at its own named barrier (constant ids: ptxas reserves those) */
@@ -332,7 +332,9 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
   fa_elem *sS = sO + G_STAGES * G_BM * DV;  /* [G_NSBUF][G_BN keys][64 rows] dS^T (+ P^T), swizzled */
   float *sL = (float *)(sS + G_NSBUF * G_BN * G_BM); /* [G_STAGES][G_BM] LSE, log2 units */
   float *sD = sL + G_STAGES * G_BM;            /* [G_STAGES][G_BM] delta */
-  int *sW = (int *)(sD + G_STAGES * G_BM);     /* [G_STAGES][2] deterministic dQ: the turn */
+  /* [G_STAGES][2] the deterministic dQ's turn of each stage's step, in [st][0] (two ints
+   * a stage keep the mbarriers after it 8-byte aligned) */
+  int *sW = (int *)(sD + G_STAGES * G_BM);
   uint64_t *bar_kv = (uint64_t *)(sW + 2 * G_STAGES);
   uint64_t *kv_ok = bar_kv + 1, *full = kv_ok + 1, *empty = full + G_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;

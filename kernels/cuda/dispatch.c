@@ -318,7 +318,7 @@ static int64_t table_bytes(int64_t rows, int32_t num_seqs) {
 
 static int64_t sem_bytes(const attn_cuda_problem *p) {
   if (p->dtype == ATTN_F32 || p->num_seqs > 0 || p->block_mask) return 0;
-  return (p->B * p->Hq * ((p->sq + 63) / 64) * 2 * 4 + 16 + 255) / 256 * 256;
+  return ((FA_DQ_SEM_WORDS(p->B, p->Hq, p->sq) + FA_DQ_SEM_EXTRA) * 4 + 255) / 256 * 256;
 }
 
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p) {

@@ -36,10 +36,9 @@ struct fa_params {
   attn_cuda_view dout, dq, dk, dv;
   const float *lse_in, *delta;
   int fuse_dq;
-  /* the sm90 backward's deterministic dQ (NULL: dQ added in any order): int32
-   * [B][Hq][ceil(sq / 64)][2] semaphores (how many key CTAs have added to a 64-row tile,
-   * per consumer part), then the CTA ticket counter and a gave-up flag (fa_sem_wait);
-   * zeroed before each launch */
+  /* the sm90 backward's deterministic dQ (NULL: dQ added in any order): the semaphores
+   * (how many key CTAs have added to a 64-row tile, per consumer part), ticket and flag of
+   * instance.h's FA_DQ_SEM_WORDS layout, zeroed before each launch */
   int32_t *dq_sem;
   /* tiles: a varlen table, or (table == NULL) ntiles plain tiles */
   const int32_t *table;

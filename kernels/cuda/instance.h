@@ -32,6 +32,13 @@ typedef struct {
  * FA_ERR_FALLBACK: this instance cannot take the problem here (nothing was launched); the
  * dispatcher runs the general instance instead. */
 #define FA_ERR_FALLBACK (-1)
+
+/* The sm90 backward's deterministic-dQ workspace (dispatch.c sizes it, the kernel indexes
+ * it): int32 semaphores [B][Hq][FA_DQ_TILES(sq)][2] (64-row dQ tiles x consumer parts),
+ * then FA_DQ_SEM_EXTRA words: the CTA ticket counter, the gave-up flag, two spare. */
+#define FA_DQ_TILES(sq) (((sq) + 63) / 64)
+#define FA_DQ_SEM_WORDS(B, Hq, sq) ((B) * (Hq) * FA_DQ_TILES(sq) * 2)
+#define FA_DQ_SEM_EXTRA 4
 typedef int (*fa_launcher)(const fa_call *c);
 
 #define FA_DECLARE_INSTANCE(sfx)                 \

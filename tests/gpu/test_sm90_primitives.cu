@@ -60,29 +60,12 @@ struct prim_out {
   float d11[M * 192];           /* m64n192k16: SS, A K-major, B MN-major (V2's first 3 blocks) */
 };
 
-/* The m64nNk16 D fragment of thread t: rows 16w + g (+8), columns 8i + 2c (+1). */
-FA_DEV void store_d(float *out, const float d[64], int t) {
+/* The m64nNk16 D fragment d of thread t into out [64][N]: rows 16w + g (+8), columns
+ * 8i + 2c (+1). */
+template <int NC> FA_DEV void store_dn(float *out, const float *d, int t) {
   const int w = t / 32, g = (t % 32) / 4, c = t % 4;
-  for (int i = 0; i < N / 8; i++)
-    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * N + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
-}
-
-FA_DEV void store_d64(float *out, const float d[32], int t) {
-  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
-  for (int i = 0; i < 8; i++)
-    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
-}
-
-FA_DEV void store_d32(float *out, const float d[16], int t) {
-  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
-  for (int i = 0; i < 4; i++)
-    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * 32 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
-}
-
-FA_DEV void store_d256(float *out, const float d[128], int t) {
-  const int w = t / 32, g = (t % 32) / 4, c = t % 4;
-  for (int i = 0; i < N2 / 8; i++)
-    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * N2 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+  for (int i = 0; i < NC / 8; i++)
+    for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * NC + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
 
 /* Row r of the two stored boxes (r < 64: the first), column c: a raw bf16 bit pattern. */
@@ -166,7 +149,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
     fa_wgmma_ss_bf16(d, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(bk + 32 * kk, 16, 1024), kk > 0);
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d(out->d1, d, t);
+  store_dn<N>(out->d1, d, t);
 
   /* A fragments of P [M][K] from global memory (m16n8k16 A layout of each warp's rows) */
   uint32_t pa[K / 16][4];
@@ -177,7 +160,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
     fa_wgmma_rs_t_bf16(d, pa[kc], fa_wgmma_desc(v + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d(out->d2, d, t);
+  store_dn<N>(out->d2, d, t);
 
   /* m64n64k16: D3 = A Bk[0..63]^T (both K-major); D4 = V[:, 0..63]^T V[:, 64..127], A and
    * B both MN-major from V's two column blocks (A transposed: the backward's dS^T) */
@@ -187,14 +170,14 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
     fa_wgmma_ss64_bf16(e, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(bk + 32 * kk, 16, 1024), kk > 0);
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d64(out->d3, e, t);
+  store_dn<64>(out->d3, e, t);
   fa_wgmma_fence();
   for (int kc = 0; kc < K / 16; kc++)
     fa_wgmma_ss64_tt_bf16(e, fa_wgmma_desc(v + 2048 * kc, K * 128, 1024),
                           fa_wgmma_desc(v + K * 128 + 2048 * kc, K * 128, 1024), kc > 0);
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d64(out->d4, e, t);
+  store_dn<64>(out->d4, e, t);
   /* D5 = 1 + P V[:, 64..127]: A from registers, B MN-major from V's second column block */
   for (int i = 0; i < 32; i++) e[i] = 1.0f;
   fa_wgmma_fence();
@@ -202,7 +185,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
     fa_wgmma_rs64_t_bf16(e, pa[kc], fa_wgmma_desc(v + K * 128 + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d64(out->d5, e, t);
+  store_dn<64>(out->d5, e, t);
   /* D9 = A Bk[32..63]^T (m64n32k16, both K-major; B 32 rows = 4096 bytes into its tile);
    * D10 = 1 + A V (m64n128k16: A K-major, B MN-major from V's two column blocks) */
   float f9[16];
@@ -212,14 +195,14 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
                        kk > 0);
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d32(out->d9, f9, t);
+  store_dn<32>(out->d9, f9, t);
   for (int i = 0; i < 64; i++) d[i] = 1.0f;
   fa_wgmma_fence();
   for (int kc = 0; kc < K / 16; kc++)
     fa_wgmma_ss_t_bf16(d, fa_wgmma_desc(a + 32 * kc, 16, 1024), fa_wgmma_desc(v + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d(out->d10, d, t);
+  store_dn<N>(out->d10, d, t);
 
   /* G = I [64][64] by thread stores (K-major, swizzled as TMA lands rows) into sX, made
    * visible to the async proxy; D6 = A G^T = A; then D6's D fragment packed as the A
@@ -236,7 +219,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
     fa_wgmma_ss64_bf16(e, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(gi + 32 * kk, 16, 1024), kk > 0);
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d64(out->d6, e, t);
+  store_dn<64>(out->d6, e, t);
   uint32_t ea[K / 16][4];
   for (int kc = 0; kc < K / 16; kc++)
     for (int j = 0; j < 4; j++) ea[kc][j] = fa_pack_bf16(e[8 * kc + 2 * j], e[8 * kc + 2 * j + 1]);
@@ -245,7 +228,7 @@ FA_KERNEL(128) prim_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t *p
   for (int kc = 0; kc < K / 16; kc++) fa_wgmma_rs_t_bf16(d, ea[kc], fa_wgmma_desc(v + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d(out->d7, d, t);
+  store_dn<N>(out->d7, d, t);
 #else
   (void)maps;
   (void)p_bits;
@@ -286,7 +269,7 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
     fa_wgmma_rs256_t_bf16(f, pa[kc], fa_wgmma_desc(v2 + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  store_d256(out->d8, f, t);
+  store_dn<N2>(out->d8, f, t);
   /* D11 = 1 + A V2[:, 0..191]: m64n192k16, A K-major, B MN-major over three blocks */
   const uint32_t a = fa_smem_addr(sA);
   for (int i = 0; i < 96; i++) f[i] = 1.0f;
@@ -295,9 +278,7 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
     fa_wgmma_ss_t192_bf16(f, fa_wgmma_desc(a + 32 * kc, 16, 1024), fa_wgmma_desc(v2 + 2048 * kc, K * 128, 1024));
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
-  for (int i = 0; i < 24; i++)
-    for (int e = 0; e < 4; e++)
-      out->d11[(16 * (t / 32) + (t % 32) / 4 + 8 * (e >> 1)) * 192 + 8 * i + 2 * (t % 4) + (e & 1)] = f[4 * i + e];
+  store_dn<192>(out->d11, f, t);
 #else
   (void)maps;
   (void)p_bits;
