@@ -449,7 +449,8 @@ void args_usage(FILE *out, const char *prog) {
       "                     more than tol x max|ref| of the tensor; tol forward / LSE / backward:\n"
       "                     f32 2e-5 / 2e-5 / 2e-4, bf16 2e-2 / 1e-3 / 4e-2, f16 4e-3 / 1e-3 / 8e-3\n"
       "                     (O rounded to bf16 is off by up to 2^-8 = 3.9e-3 relative, f16 2^-11,\n"
-      "                     and the kernels round P and dS to it: about 5 units of rounding)\n"
+      "                     and the CUDA kernels round P and dS to it: about 5 units of rounding;\n"
+      "                     the cpu kernels convert to float32 and round only O)\n"
       "  --backend B        cpu | auto | cuda (default auto: cuda when this build has it and\n"
       "                     every rank sees a CUDA device, else cpu; the header says which)\n"
       "  --dtype T          f32 | bf16 | f16: storage of Q, K, V, O, dO (default bf16 on cuda,\n"
@@ -492,7 +493,7 @@ void args_usage(FILE *out, const char *prog) {
       "exit status (the same on every rank): 0 ok, 1 error while running (library, CUDA,\n"
       "files, a peer that failed or stalled), 2 nothing ran: bad flags, an impossible grid,\n"
       "a refused estimate, a backend, dtype or device this machine cannot give (--backend\n"
-      "cuda without a visible CUDA device, --dtype bf16 on cpu, --device past the last),\n"
+      "cuda without a visible CUDA device, --device past the last),\n"
       "3 --check found wrong elements on some rank\n",
       prog);
 }

@@ -110,7 +110,8 @@ attn_status ctxbuf_setup(ctx_tensors *t, attn_ctx_t ctx, attn_dtype dtype, const
   memset(t, 0, sizeof *t);
   t->ctx = ctx, t->dtype = dtype;
   t->spec = problem_local_spec(p);
-  t->copies = ctxbuf_wants_copies(ctx);
+  /* bf16/f16 on the cpu backend: the float32 host buffers are converted into copies too */
+  t->copies = ctxbuf_wants_copies(ctx) || dtype != ATTN_F32;
   if (t->copies) return copies(t, p, host, what);
   float *in[T_COUNT] = {p->q, p->k, p->v, p->dout};
   for (int i = 0; i < T_COUNT; i++)

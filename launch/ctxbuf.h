@@ -1,5 +1,6 @@
-/* ctxbuf.h — this rank's tensors where its context wants them. On the cpu backend they are
- * the launcher's own host buffers (float32, no copy). On cuda they are attn_ctx_alloc'ed
+/* ctxbuf.h — this rank's tensors where its context wants them. On the cpu backend in
+ * float32 they are the launcher's own host buffers (no copy). On cuda (and for bf16/f16
+ * on the cpu backend) they are attn_ctx_alloc'ed
  * copies: Q, K, V, dO and O in the run's dtype (converted from the rounded float copies),
  * LSE and the gradients float32, and the spec's arrays (sinks, ALiBi slopes, cu_seqlens,
  * block-mask bytes) in device memory too; outputs start as NaN, and come back to the host

@@ -159,8 +159,9 @@ static void bad_forward(void) {
   BAD_FWD("q dim", INV, NONE, "q", f.q.shape[3] = 7);
   BAD_FWD("o shape", INV, NONE, "o", f.o.shape[1] = 4);
   BAD_FWD("o dim", INV, NONE, "o", f.o.shape[3] = 16);
-  BAD_FWD("bf16 q", UNS, NONE, "q|dtype", f.q.dtype = ATTN_BF16);
-  BAD_FWD("fp16 o", UNS, NONE, "o|dtype", f.o.dtype = ATTN_F16);
+  /* the cpu backend takes bf16 / f16 storage, but q, k, v and o must agree */
+  BAD_FWD("bf16 q", INV, NONE, "k|dtype", f.q.dtype = ATTN_BF16);
+  BAD_FWD("fp16 o", INV, NONE, "o|dtype", f.o.dtype = ATTN_F16);
   BAD_FWD("dtype 9", UNS, INV, "k|dtype", f.k.dtype = (attn_dtype)9);
   BAD_FWD("cuda k", UNS, INV, "k|device", f.k.device = ATTN_DEVICE_CUDA);
   BAD_FWD("cuda o", UNS, INV, "o|device", f.o.device = ATTN_DEVICE_CUDA);
@@ -231,7 +232,7 @@ static void bad_backward(void) {
   BWD_WITH("o shape", INV, NONE, "o", f.o = to; f.lse = lse_ok; f.o.shape[3] = 4);
   BWD_WITH("dq shape", INV, NONE, "dq", f.o = to; f.lse = lse_ok; f.dq.shape[2] = 1);
   BWD_WITH("dk shape", INV, NONE, "dk", f.o = to; f.lse = lse_ok; f.dk.shape[1] = 5);
-  BWD_WITH("dv dtype", UNS, NONE, "dv|dtype", f.o = to; f.lse = lse_ok; f.dv.dtype = ATTN_BF16);
+  BWD_WITH("dv dtype", INV, NONE, "dv|dtype", f.o = to; f.lse = lse_ok; f.dv.dtype = ATTN_BF16);
   BWD_WITH("dk overlapping", INV, NONE, "dk", f.o = to; f.lse = lse_ok; f.dk.stride[1] = 1);
   BWD_WITH("Hq % Hkv", INV, NONE, "num_heads", f.o = to; f.lse = lse_ok;
            f.spec.num_heads_kv = 3);
@@ -332,8 +333,11 @@ static void context_memory(void) {
   expect("alloc out NULL", attn_ctx_alloc(ctx, 4, NULL), INV, NONE, "out");
   expect("alloc ctx NULL", attn_ctx_alloc(NULL, 4, &b), INV, NONE, "ctx");
   TU_CHECK(attn_ctx_supports_dtype(ctx, ATTN_F32) == ATTN_OK, "cpu takes f32");
-  expect("supports bf16 on cpu", attn_ctx_supports_dtype(ctx, ATTN_BF16), ATTN_ERR_UNSUPPORTED,
-         NONE, "BF16");
+  TU_CHECK(attn_ctx_supports_dtype(ctx, ATTN_BF16) == ATTN_OK &&
+               attn_ctx_supports_dtype(ctx, ATTN_F16) == ATTN_OK,
+           "cpu takes bf16 and f16: %s", attn_last_error());
+  expect("supports dtype 9", attn_ctx_supports_dtype(ctx, (attn_dtype)9), ATTN_ERR_UNSUPPORTED,
+         NONE, "dtype=9");
   expect("supports dtype ctx NULL", attn_ctx_supports_dtype(NULL, ATTN_F32), INV, NONE, "ctx");
   TU_CHECK(attn_ctx_free(ctx, a) == ATTN_OK && attn_ctx_free(ctx, b) == ATTN_OK &&
                attn_ctx_free(ctx, NULL) == ATTN_OK,

@@ -48,49 +48,70 @@ void tc_describe(const tc_case *c, char *buf, size_t n) {
   }
   if (c->bq) ADD(" block_mask=%dx%d%s", c->bq, c->bk, c->mask_short ? "(short)" : "");
   if (c->bhsd) ADD(" bhsd");
+  if (c->dtype) ADD(" %s", c->dtype == ATTN_BF16 ? "bf16" : c->dtype == ATTN_F16 ? "f16" : "dtype?");
   if (c->amp > 0) ADD(" amp=%g", c->amp);
   ADD(" seed=%llu", (unsigned long long)c->seed);
 #undef ADD
 }
 
-/* Library copy of a [B,S,H,D] array, in BHSD memory order when asked. */
+static size_t esize(int dt) { return dt == ATTN_F32 ? 4 : 2; }
+
+/* Element x of a library buffer of dtype dt. */
+static void put(void *buf, int64_t x, int dt, float v) {
+  if (dt == ATTN_F32) ((float *)buf)[x] = v;
+  else ((uint16_t *)buf)[x] = tu_to_bits(v, dt);
+}
+static float get(const void *buf, int64_t x, int dt) {
+  return dt == ATTN_F32 ? ((const float *)buf)[x] : tu_from_bits(((const uint16_t *)buf)[x], dt);
+}
+
+/* A [B,S,H,D] tensor of dtype dt over buf, in BHSD memory order when asked. */
+static attn_tensor lib_view(const tc_prob *P, void *buf, int dt, int64_t S, int64_t H,
+                            int64_t D) {
+  attn_tensor t = {buf, (attn_dtype)dt, ATTN_DEVICE_HOST, {P->B, S, H, D}, {S * H * D, H * D, D, 1}};
+  if (P->c.bhsd) {
+    t.stride[1] = D;
+    t.stride[2] = S * D;
+  }
+  return t;
+}
+
+/* Index in a library buffer (case memory order) of element (b, s, h, d). */
+static int64_t lib_index(const tc_prob *P, int64_t S, int64_t H, int64_t D, int64_t b,
+                         int64_t s, int64_t h, int64_t d) {
+  return P->c.bhsd ? ((b * H + h) * S + s) * D + d : ((b * S + s) * H + h) * D + d;
+}
+
+/* Library copy of a [B,S,H,D] float array (values representable in the case's dtype). */
 static void make_lib_tensor(const tc_prob *P, const float *src, int64_t S, int64_t H,
-                            int64_t D, float **buf, attn_tensor *t) {
+                            int64_t D, void **buf, attn_tensor *t) {
+  const int dt = P->c.dtype;
   int64_t n = P->B * S * H * D;
-  if (!*buf) *buf = tu_alloc((size_t)n * sizeof(float));
-  if (!P->c.bhsd) {
-    memcpy(*buf, src, (size_t)n * sizeof(float));
-    *t = attn_tensor_f32(*buf, P->B, S, H, D);
-    return;
-  }
+  if (!*buf) *buf = tu_alloc((size_t)n * esize(dt));
   for (int64_t b = 0; b < P->B; b++)
     for (int64_t s = 0; s < S; s++)
       for (int64_t h = 0; h < H; h++)
-        memcpy(*buf + ((b * H + h) * S + s) * D, src + ((b * S + s) * H + h) * D,
-               (size_t)D * sizeof(float));
-  attn_tensor v = {*buf, ATTN_F32, ATTN_DEVICE_HOST, {P->B, S, H, D}, {H * S * D, D, S * D, 1}};
-  *t = v;
+        for (int64_t d = 0; d < D; d++)
+          put(*buf, lib_index(P, S, H, D, b, s, h, d), dt, src[((b * S + s) * H + h) * D + d]);
+  *t = lib_view(P, *buf, dt, S, H, D);
 }
 
-/* Gathers a library output (same memory order as the inputs) to [B,S,H,D]. */
-static void gather(const tc_prob *P, const float *buf, int64_t S, int64_t H, int64_t D,
+/* Gathers a library output of dtype dt (case memory order) to float [B,S,H,D]. */
+static void gather(const tc_prob *P, const void *buf, int dt, int64_t S, int64_t H, int64_t D,
                    float *dst) {
-  int64_t n = P->B * S * H * D;
-  if (!P->c.bhsd) {
-    memcpy(dst, buf, (size_t)n * sizeof(float));
-    return;
-  }
   for (int64_t b = 0; b < P->B; b++)
     for (int64_t s = 0; s < S; s++)
       for (int64_t h = 0; h < H; h++)
-        memcpy(dst + ((b * S + s) * H + h) * D, buf + ((b * H + h) * S + s) * D,
-               (size_t)D * sizeof(float));
+        for (int64_t d = 0; d < D; d++)
+          dst[((b * S + s) * H + h) * D + d] = get(buf, lib_index(P, S, H, D, b, s, h, d), dt);
 }
 
-static attn_tensor out_tensor(const tc_prob *P, float *buf, int64_t S, int64_t H, int64_t D) {
-  if (!P->c.bhsd) return attn_tensor_f32(buf, P->B, S, H, D);
-  attn_tensor v = {buf, ATTN_F32, ATTN_DEVICE_HOST, {P->B, S, H, D}, {H * S * D, D, S * D, 1}};
-  return v;
+/* A poisoned output buffer of n elements of dtype dt (0xFFFF: NaN in bf16 and f16). */
+static void *out_buf(int64_t n, int dt) {
+  if (dt == ATTN_F32) return tu_falloc(n);
+  uint16_t *h = tu_alloc((size_t)n * 2);
+  for (int64_t x = 0; x < n; x++) h[x] = 0xFFFFu;
+  return h;
 }
 
 void tc_init(tc_prob *P, const tc_case *c) {
@@ -157,6 +178,12 @@ static void free_ref(tc_prob *P) {
 }
 
 void tc_sync(tc_prob *P) {
+  if (P->c.dtype != ATTN_F32) { /* what the library can be given, the oracle reads */
+    float *x[4] = {P->q, P->k, P->v, P->dout};
+    int64_t n[4] = {tc_n_q(P), tc_n_k(P), tc_n_v(P), tc_n_o(P)};
+    for (int a = 0; a < 4; a++)
+      for (int64_t i = 0; i < n[a]; i++) x[a][i] = tu_round(x[a][i], P->c.dtype);
+  }
   make_lib_tensor(P, P->q, P->Sq, P->Hq, P->Dqk, &P->lq, &P->tq);
   make_lib_tensor(P, P->k, P->Skv, P->Hkv, P->Dqk, &P->lk, &P->tk);
   make_lib_tensor(P, P->v, P->Skv, P->Hkv, P->Dv, &P->lv, &P->tv);
@@ -183,10 +210,10 @@ void tc_lib(attn_ctx_t ctx, tc_prob *P, tc_out *out, int bwd) {
   memset(out, 0, sizeof *out);
   out->o = tu_falloc(tc_n_o(P));
   out->lse = tu_falloc(tc_n_lse(P));
-  float *obuf = tu_falloc(tc_n_o(P));
-  attn_tensor to = out_tensor(P, obuf, P->Sq, P->Hq, P->Dv);
+  void *obuf = out_buf(tc_n_o(P), P->c.dtype);
+  attn_tensor to = lib_view(P, obuf, P->c.dtype, P->Sq, P->Hq, P->Dv);
   out->fwd_status = attn_fwd(ctx, &P->spec, &P->tq, &P->tk, &P->tv, &to, out->lse);
-  gather(P, obuf, P->Sq, P->Hq, P->Dv, out->o);
+  gather(P, obuf, P->c.dtype, P->Sq, P->Hq, P->Dv, out->o);
   out->bwd_status = ATTN_OK;
   if (bwd) {
     out->dq = tu_falloc(tc_n_q(P));
@@ -194,14 +221,14 @@ void tc_lib(attn_ctx_t ctx, tc_prob *P, tc_out *out, int bwd) {
     out->dv = tu_falloc(tc_n_v(P));
     out->ds = tu_falloc(P->Hq);
     float *bq = tu_falloc(tc_n_q(P)), *bk = tu_falloc(tc_n_k(P)), *bv = tu_falloc(tc_n_v(P));
-    attn_tensor tdq = out_tensor(P, bq, P->Sq, P->Hq, P->Dqk);
-    attn_tensor tdk = out_tensor(P, bk, P->Skv, P->Hkv, P->Dqk);
-    attn_tensor tdv = out_tensor(P, bv, P->Skv, P->Hkv, P->Dv);
+    attn_tensor tdq = lib_view(P, bq, ATTN_F32, P->Sq, P->Hq, P->Dqk);
+    attn_tensor tdk = lib_view(P, bk, ATTN_F32, P->Skv, P->Hkv, P->Dqk);
+    attn_tensor tdv = lib_view(P, bv, ATTN_F32, P->Skv, P->Hkv, P->Dv);
     out->bwd_status = attn_bwd(ctx, &P->spec, &P->tq, &P->tk, &P->tv, &to, out->lse, &P->tdo,
                                &tdq, &tdk, &tdv, out->ds);
-    gather(P, bq, P->Sq, P->Hq, P->Dqk, out->dq);
-    gather(P, bk, P->Skv, P->Hkv, P->Dqk, out->dk);
-    gather(P, bv, P->Skv, P->Hkv, P->Dv, out->dv);
+    gather(P, bq, ATTN_F32, P->Sq, P->Hq, P->Dqk, out->dq);
+    gather(P, bk, ATTN_F32, P->Skv, P->Hkv, P->Dqk, out->dk);
+    gather(P, bv, ATTN_F32, P->Skv, P->Hkv, P->Dv, out->dv);
     free(bq);
     free(bk);
     free(bv);
@@ -243,6 +270,28 @@ static void report_case(const tc_prob *P, const char *tag) {
   fprintf(stderr, "  ^ in [%s] %s\n", tag ? tag : "", desc);
 }
 
+/* bf16/f16: how far O's rounding can move d(sink_h) = -sum_i e^(sink_h - lse_i) delta_i,
+ * delta_i = dO_i . O_i: u * sum_i e^(sink_h - lse_i) sum_d |dO_id O_id| (max over h). */
+static double dsinks_bound(const tc_prob *P) {
+  const double u = TC_O_RTOL(P->c.dtype);
+  double worst = 0;
+  for (int64_t h = 0; u > 0 && h < P->Hq; h++) {
+    double sum = 0;
+    for (int64_t b = 0; b < P->B; b++)
+      for (int64_t i = 0; i < P->Sq; i++) {
+        double L = P->rlse[(b * P->Hq + h) * P->Sq + i], dd = 0;
+        if (isinf(L)) continue;
+        for (int64_t d = 0; d < P->Dv; d++) {
+          int64_t x = ((b * P->Sq + i) * P->Hq + h) * P->Dv + d;
+          dd += fabs((double)P->dout[x] * P->ro[x]);
+        }
+        sum += exp((double)P->sinks[h] - L) * dd;
+      }
+    worst = fmax(worst, u * sum);
+  }
+  return worst;
+}
+
 int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag) {
   int before = tu_failures;
   if (out->fwd_status != ATTN_OK || (bwd && out->bwd_status != ATTN_OK)) {
@@ -256,18 +305,19 @@ int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag) {
   int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, dk4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
   int64_t do4[4] = {P->B, P->Sq, P->Hq, P->Dv}, dv4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
   int64_t dl4[4] = {1, P->B, P->Hq, P->Sq};
-  tu_compare("O", out->o, P->ro, tc_n_o(P), do4, TC_FWD_RTOL, 1e-6);
+  const int dt = P->c.dtype;
+  tu_compare("O", out->o, P->ro, tc_n_o(P), do4, TC_FWD_RTOL + TC_O_RTOL(dt), 1e-6);
   tu_compare("LSE", out->lse, P->rlse, tc_n_lse(P), dl4, TC_FWD_RTOL, 2e-6);
   if (bwd) {
     /* A gradient that cancels to ~0 (e.g. dK with one visible key: dS = dP - delta) is
      * judged on the scale of all three gradients, not on its own max. */
     double g = tu_max_abs(P->rdq, tc_n_q(P));
     g = fmax(g, fmax(tu_max_abs(P->rdk, tc_n_k(P)), tu_max_abs(P->rdv, tc_n_v(P))));
-    double atol = 1e-6 + 0.1 * TC_BWD_RTOL * g;
-    tu_compare("dQ", out->dq, P->rdq, tc_n_q(P), dq4, TC_BWD_RTOL, atol);
-    tu_compare("dK", out->dk, P->rdk, tc_n_k(P), dk4, TC_BWD_RTOL, atol);
-    tu_compare("dV", out->dv, P->rdv, tc_n_v(P), dv4, TC_BWD_RTOL, atol);
-    if (P->c.sinks) tu_compare("dsinks", out->ds, P->rds, P->Hq, NULL, TC_BWD_RTOL, 1e-6);
+    const double rtol = TC_BWD_RTOL + TC_G_RTOL(dt), atol = 1e-6 + 0.1 * rtol * g;
+    tu_compare("dQ", out->dq, P->rdq, tc_n_q(P), dq4, rtol, atol);
+    tu_compare("dK", out->dk, P->rdk, tc_n_k(P), dk4, rtol, atol);
+    tu_compare("dV", out->dv, P->rdv, tc_n_v(P), dv4, rtol, atol);
+    if (P->c.sinks) tu_compare("dsinks", out->ds, P->rds, P->Hq, NULL, rtol, 1e-6 + dsinks_bound(P));
   }
   if (tu_failures != before) report_case(P, tag);
   return tu_failures == before;
@@ -291,6 +341,13 @@ int tc_check_pair(const tc_prob *P, const tc_out *a, const tc_out *b, int bwd, d
   return tu_failures == before;
 }
 
+attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n) {
+  attn_tensor r = *t;
+  r.data = (char *)t->data + s0 * t->stride[1] * (int64_t)attn_dtype_size(t->dtype);
+  r.shape[1] = n;
+  return r;
+}
+
 int tc_run(attn_ctx_t ctx, const tc_case *c) {
   tc_prob P;
   tc_out out;
@@ -300,11 +357,4 @@ int tc_run(attn_ctx_t ctx, const tc_case *c) {
   tc_out_free(&out);
   tc_free(&P);
   return ok;
-}
-
-attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n) {
-  attn_tensor r = *t;
-  r.data = (float *)t->data + s0 * t->stride[1];
-  r.shape[1] = n;
-  return r;
 }

@@ -2,7 +2,8 @@
  * LSE = -inf (or the sink), zero gradients, never NaN; NaN/Inf in keys that no query sees
  * (outside a window band, another varlen sequence, skipped sparse blocks) must not leak;
  * nor may keys masked for some queries of a tile but visible to others (their scores are
- * made to overflow to +inf for the queries that cannot see them); large logits (±1e4). */
+ * made to overflow to +inf for the queries that cannot see them); large logits (±1e4).
+ * Inputs in float32, bf16 and f16 (not all cases fit f16), on the SIMD and scalar paths. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,10 @@
 
 static attn_ctx_t ctx;
 static uint64_t next_seed = 500;
+static int dtype; /* of the cases' inputs and O: ATTN_F32, ATTN_BF16, ATTN_F16 */
+static const char *dtype_name(void) {
+  return dtype == ATTN_BF16 ? "bf16" : dtype == ATTN_F16 ? "f16" : "f32";
+}
 
 /* Visibility of key j to query i (same for every batch and head). */
 static int vis(const tc_prob *P, int64_t i, int64_t j) { return attn_ref_visible(&P->rp, i, j); }
@@ -83,6 +88,7 @@ enum { EXPECT_EMPTY_ROWS = 1, EXPECT_UNSEEN_KEYS = 2 };
 
 static void run_empty(tc_case c, int expect) {
   c.seed = next_seed++;
+  c.dtype = dtype;
   c.bwd = 1;
   tc_prob P;
   tc_out out;
@@ -91,7 +97,8 @@ static void run_empty(tc_case c, int expect) {
   int64_t planted = plant_unseen(&P, seen);
   tc_lib(ctx, &P, &out, 1);
   char tag[64];
-  snprintf(tag, sizeof tag, "NaN/Inf in unseen keys, %s", attn_ctx_backend_name(ctx));
+  snprintf(tag, sizeof tag, "NaN/Inf in unseen keys, %s, %s", attn_ctx_backend_name(ctx),
+           dtype_name());
   if (tc_check(&P, &out, 1, tag)) check_exact(&P, &out, seen, 1);
   int64_t empties = 0;
   for (int64_t i = 0; i < P.Sq; i++) {
@@ -110,7 +117,9 @@ static void run_empty(tc_case c, int expect) {
  * every other key k[0] = 0; queries that see a hot key get q[0] = 0 (finite scores), the
  * others q[0] = 1e10, so q.k overflows to +inf exactly where the mask must win. */
 static void run_hot(tc_case c, int nhot) {
+  if (dtype == ATTN_F16) return; /* 1e30 and 1e10 are beyond f16 */
   c.seed = next_seed++;
+  c.dtype = dtype;
   c.bwd = 1;
   tc_prob P;
   tc_out out;
@@ -135,7 +144,8 @@ static void run_hot(tc_case c, int nhot) {
   tc_sync(&P);
   tc_lib(ctx, &P, &out, 1);
   char tag[64];
-  snprintf(tag, sizeof tag, "masked +inf scores, %s", attn_ctx_backend_name(ctx));
+  snprintf(tag, sizeof tag, "masked +inf scores, %s, %s", attn_ctx_backend_name(ctx),
+           dtype_name());
   tc_check(&P, &out, 1, tag);
   TU_CHECK(blind > 0, "case %s: no query is blind to the hot keys", c.name);
   tc_out_free(&out);
@@ -147,6 +157,7 @@ static void run_hot(tc_case c, int nhot) {
  * move by that much relative). Gradients cancel to ~0 in saturated rows; their terms
  * dS*k reach |k| = 30, so they get an absolute tolerance on that scale. */
 static void run_large(tc_case c, int lo_q, int hi_q, int lo_k, int hi_k) {
+  if (dtype != ATTN_F32) return; /* its tolerances are float32's */
   c.seed = next_seed++;
   c.bwd = 1;
   c.scale = 1.0f;
@@ -249,9 +260,11 @@ static void run_all(void) {
 int main(void) {
   for (int scalar = 0; scalar < 2; scalar++) { /* the SIMD path, then the scalar path */
     ctx = tc_ctx(scalar, 2);
-    printf("test_empty on %s\n", attn_ctx_backend_name(ctx));
-    next_seed = 500;
-    run_all();
+    for (dtype = ATTN_F32; dtype <= ATTN_F16; dtype++) {
+      printf("test_empty on %s, %s\n", attn_ctx_backend_name(ctx), dtype_name());
+      next_seed = 500;
+      run_all();
+    }
     attn_ctx_destroy(ctx);
   }
   return tu_finish("test_empty");

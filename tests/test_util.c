@@ -188,3 +188,45 @@ void tu_block_mask(attn_spec *spec, attn_block_mask *bm, uint8_t **mask, int64_t
   bm->mask = *mask;
   spec->block_mask = bm;
 }
+
+/* ---- bf16 / f16 rounding (round to nearest even) ------------------------------------ */
+uint16_t tu_to_bits(float x, int dtype) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (dtype == ATTN_BF16) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+  }
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
+  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
+  if (a < 0x38800000u) {
+    float f;
+    memcpy(&f, &a, 4);
+    return (uint16_t)(sign | (uint32_t)nearbyintf(f * 16777216.0f));
+  }
+  uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+float tu_from_bits(uint16_t h, int dtype) {
+  uint32_t u;
+  float f;
+  if (dtype == ATTN_BF16) {
+    u = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0) {
+      f = ldexpf((float)m, -24);
+      return sign ? -f : f;
+    }
+    u = e == 31 ? sign | 0x7F800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+  }
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float tu_round(float x, int dtype) {
+  return dtype == ATTN_F32 ? x : tu_from_bits(tu_to_bits(x, dtype), dtype);
+}

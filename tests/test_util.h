@@ -68,4 +68,10 @@ void tu_block_mask(attn_spec *spec, attn_block_mask *bm, uint8_t **mask, int64_t
                    int64_t Skv, int nseq, const int32_t *lq, const int32_t *lkv, int bq, int bk,
                    int short_by_one, const uint8_t *bits, uint64_t seed);
 
+/* ---- bf16 / f16 (an implementation of our own, apart from the library's) ------------ */
+/* float -> nearest bf16 / f16 (bits), and back; tu_round is the identity for float32. */
+uint16_t tu_to_bits(float x, int dtype);
+float tu_from_bits(uint16_t h, int dtype);
+float tu_round(float x, int dtype);
+
 #endif

@@ -1,5 +1,6 @@
 /* backend.c — the CPU backend's function table: ISA choice by CPUID (AVX-512 or the
  * portable scalar path), threads, and the state / finalize / backward-prepare steps. */
+#include "convert.h"
 #include "cpu.h"
 
 #include "rope.h"
@@ -63,8 +64,9 @@ static attn_status cpu_finalize(attn_ctx_t ctx, const attn__problem *pb, const a
           inv = sm / z;
           out = top + logf(z);
         }
-        float *orow = o.p + b * o.sb + i * o.ss + h * o.sh; /* [Dv] */
-        for (int64_t d = 0; d < pb->Dv; d++) orow[d] = st->acc[r * pb->Dv + d] * inv;
+        void *orow = attn__cpu_row(o, pb->dtype, b, i, h); /* [Dv] of the dtype */
+        for (int64_t d = 0; d < pb->Dv; d++)
+          attn__cpu_store(orow, d, pb->dtype, st->acc[r * pb->Dv + d] * inv);
         if (lse) lse[r] = out;
       }
     }
@@ -80,10 +82,11 @@ static attn_status cpu_bwd_prepare(attn_ctx_t ctx, const attn__problem *pb, attn
     double ds = 0.0;
     for (int64_t b = 0; b < pb->B; b++)
       for (int64_t i = 0; i < pb->sq; i++) {
-        const float *x = o.p + b * o.sb + i * o.ss + h * o.sh;          /* [Dv] */
-        const float *y = dout.p + b * dout.sb + i * dout.ss + h * dout.sh; /* [Dv] */
+        const void *x = attn__cpu_row(o, pb->dtype, b, i, h);    /* [Dv] of the dtype */
+        const void *y = attn__cpu_row(dout, pb->dtype, b, i, h); /* [Dv] */
         float acc = 0.0f;
-        for (int64_t d = 0; d < pb->Dv; d++) acc += x[d] * y[d];
+        for (int64_t d = 0; d < pb->Dv; d++)
+          acc += attn__cpu_load(x, d, pb->dtype) * attn__cpu_load(y, d, pb->dtype);
         int64_t r = (b * pb->Hq + h) * pb->sq + i;
         delta[r] = acc;
         if (pb->sinks && lse[r] != -INFINITY) ds -= exp((double)pb->sinks[h] - lse[r]) * acc;
@@ -122,39 +125,6 @@ static attn_status cpu_sync(attn_ctx_t ctx) {
 }
 
 /* ---- data movement for the ring and the layer (host memory) --------------------------- */
-static float load_elem(const void *base, int64_t i, attn_dtype t) {
-  if (t == ATTN_F32) return ((const float *)base)[i];
-  uint16_t h = ((const uint16_t *)base)[i];
-  if (t == ATTN_BF16) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  /* f16: through the compiler's half type */
-  _Float16 x;
-  memcpy(&x, &h, 2);
-  return (float)x;
-}
-
-static void store_elem(void *base, int64_t i, attn_dtype t, float f) {
-  if (t == ATTN_F32) {
-    ((float *)base)[i] = f;
-    return;
-  }
-  uint16_t h;
-  if (t == ATTN_BF16) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) h = (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    else h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);            /* RNE */
-  } else {
-    _Float16 x = (_Float16)f;
-    memcpy(&h, &x, 2);
-  }
-  ((uint16_t *)base)[i] = h;
-}
-
 /* One [D] row of the rows op; offsets in elements. */
 static void rows_one(attn__rows_op op, char *dst, attn_dtype dt, const char *src, attn_dtype st,
                      int64_t D) {
@@ -168,7 +138,7 @@ static void rows_one(attn__rows_op op, char *dst, attn_dtype dt, const char *src
   } else if (dt == st) {
     memcpy(dst, src, (size_t)D * es);
   } else {
-    for (int64_t d = 0; d < D; d++) store_elem(dst, d, dt, load_elem(src, d, st));
+    for (int64_t d = 0; d < D; d++) attn__cpu_store(dst, d, dt, attn__cpu_load(src, d, st));
   }
 }
 
@@ -216,7 +186,8 @@ static attn_status cpu_device_id(attn_ctx_t ctx, char *buf, size_t cap) {
 }
 
 #define CPU_OPS(label)                                                                    \
-  {.name = label, .device = ATTN_DEVICE_HOST, .dtypes = 1u << ATTN_F32,                  \
+  {.name = label, .device = ATTN_DEVICE_HOST,                                            \
+   .dtypes = 1u << ATTN_F32 | 1u << ATTN_BF16 | 1u << ATTN_F16,                          \
    .fwd = attn__cpu_fwd, .fwd_block = attn__cpu_fwd_block, .state_init = cpu_state_init, \
    .state_merge = cpu_state_merge, .finalize = cpu_finalize,                             \
    .bwd_prepare = cpu_bwd_prepare, .bwd_block = attn__cpu_bwd_block,                     \

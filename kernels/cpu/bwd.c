@@ -2,6 +2,7 @@
  * dV += P^T dO, dS = P*(dP - delta), dK += dS^T Q, dQ += dS K, tile by tile. Work units
  * are (batch, KV head, key split): each owns its dK/dV rows, so the result is
  * deterministic; dQ is shared across splits through partial buffers summed in order. */
+#include "convert.h"
 #include "cpu.h"
 
 #include <stdlib.h>
@@ -39,6 +40,11 @@ typedef struct {
   float *s;       /* [CPU_BC][CPU_BR] S^T, then P^T */
   float *dp;      /* [CPU_BC][CPU_BR] dP^T, then dS^T */
   float *t;       /* [CPU_BC][CPU_BR] tanh (softcap) */
+  /* bf16/f16 inputs as float32 (unused for float32): Q and dO rows of the head, K and V
+   * rows of the key tile */
+  float *qrow;    /* [ntiles][CPU_BR][Dqk] */
+  float *dorow;   /* [ntiles][CPU_BR][Dv] */
+  float *kc, *vc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
 } bwd_work;
@@ -51,10 +57,15 @@ static void pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
     const qtile *qt = &jb->tiles[t];
     float *qd = w->qt + t * pb->Dqk * CPU_BR, *od = w->dot + t * pb->Dv * CPU_BR;
     float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
-    const float *q = pb->q.p + b * pb->q.sb + qt->r0 * pb->q.ss + h * pb->q.sh;
-    const float *d = jb->dout.p + b * jb->dout.sb + qt->r0 * jb->dout.ss + h * jb->dout.sh;
-    jb->ops->pack_t(qd, q, pb->q.ss, qt->rows, (int)pb->Dqk, qs);
-    jb->ops->pack_t(od, d, jb->dout.ss, qt->rows, (int)pb->Dv, 1.0f);
+    int64_t lq, ld;
+    float *qc = w->qrow ? w->qrow + t * CPU_BR * pb->Dqk : NULL; /* bf16/f16 only */
+    float *dc = w->dorow ? w->dorow + t * CPU_BR * pb->Dv : NULL;
+    const float *q = attn__cpu_rows_f32(jb->ops, pb->q, pb->dtype, b, qt->r0, h, qt->rows,
+                                        (int)pb->Dqk, qc, &lq);
+    const float *d = attn__cpu_rows_f32(jb->ops, jb->dout, pb->dtype, b, qt->r0, h, qt->rows,
+                                        (int)pb->Dv, dc, &ld);
+    jb->ops->pack_t(qd, q, lq, qt->rows, (int)pb->Dqk, qs);
+    jb->ops->pack_t(od, d, ld, qt->rows, (int)pb->Dv, 1.0f);
     int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
     for (int i = 0; i < CPU_BR; i++) {
       l2[i] = i < qt->rows ? jb->lse[row + i] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
@@ -63,33 +74,46 @@ static void pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
   }
 }
 
+/* Float32 rows of a key tile: k [nj][ldk], v [nj][ldv]. */
+typedef struct {
+  const float *k, *v;
+  int64_t ldk, ldv;
+} key_rows;
+
 /* One (query tile, key tile) pair of head h. */
 static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64_t hk,
-                     int64_t t, int64_t ca, int nj, int safe, attn__view dq) {
+                     int64_t t, int64_t ca, int nj, int safe, attn__view dq,
+                     const key_rows *kr) {
   const attn__problem *pb = jb->pb;
   const cpu_tile_ops *ops = jb->ops;
   const qtile *qt = &jb->tiles[t];
-  const float *k = pb->k.p + b * pb->k.sb + ca * pb->k.ss + hk * pb->k.sh; /* [nj rows] */
-  const float *v = pb->v.p + b * pb->v.sb + ca * pb->v.ss + hk * pb->v.sh;
-  const float *q = pb->q.p + b * pb->q.sb + qt->r0 * pb->q.ss + h * pb->q.sh;
-  const float *dO = jb->dout.p + b * jb->dout.sb + qt->r0 * jb->dout.ss + h * jb->dout.sh;
+  const float *k = kr->k, *v = kr->v; /* [nj rows] */
+  const float *q, *dO; /* [rows] rows: the caller's, or (bf16/f16) what pack_head converted */
+  int64_t lq, ldo;
+  if (pb->dtype == ATTN_F32) {
+    q = pb->q.p + b * pb->q.sb + qt->r0 * pb->q.ss + h * pb->q.sh, lq = pb->q.ss;
+    dO = jb->dout.p + b * jb->dout.sb + qt->r0 * jb->dout.ss + h * jb->dout.sh, ldo = jb->dout.ss;
+  } else {
+    q = w->qrow + t * CPU_BR * pb->Dqk, lq = pb->Dqk;
+    dO = w->dorow + t * CPU_BR * pb->Dv, ldo = pb->Dv;
+  }
   float *dk = jb->dk.p + b * jb->dk.sb + ca * jb->dk.ss + hk * jb->dk.sh;
   float *dv = jb->dv.p + b * jb->dv.sb + ca * jb->dv.ss + hk * jb->dv.sh;
   float *dqr = dq.p + b * dq.sb + qt->r0 * dq.ss + h * dq.sh;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, rows = qt->rows;
   float *T = pb->softcap > 0.0f ? w->t : NULL;
 
-  ops->gemm(w->s, CPU_BR, k, 1, pb->k.ss, w->qt + t * Dqk * CPU_BR, CPU_BR, nj, CPU_BR, Dqk,
+  ops->gemm(w->s, CPU_BR, k, 1, kr->ldk, w->qt + t * Dqk * CPU_BR, CPU_BR, nj, CPU_BR, Dqk,
             NULL, CPU_GEMM_SET, 0);
   ops->probs_bwd(w->s, nj, &w->ti, w->lse2 + t * CPU_BR, T);
-  ops->gemm(w->dp, CPU_BR, v, 1, pb->v.ss, w->dot + t * Dv * CPU_BR, CPU_BR, nj, CPU_BR, Dv,
+  ops->gemm(w->dp, CPU_BR, v, 1, kr->ldv, w->dot + t * Dv * CPU_BR, CPU_BR, nj, CPU_BR, Dv,
             NULL, CPU_GEMM_SET, 0);
   ops->dscores(w->dp, w->s, T, nj, w->dl + t * CPU_BR, pb->scale);
   /* dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i] */
-  ops->gemm(dv, jb->dv.ss, w->s, 1, CPU_BR, dO, jb->dout.ss, nj, Dv, rows, NULL, CPU_GEMM_ADD, 0);
-  ops->gemm(dk, jb->dk.ss, w->dp, 1, CPU_BR, q, pb->q.ss, nj, Dqk, rows, NULL, CPU_GEMM_ADD, 0);
+  ops->gemm(dv, jb->dv.ss, w->s, 1, CPU_BR, dO, ldo, nj, Dv, rows, NULL, CPU_GEMM_ADD, 0);
+  ops->gemm(dk, jb->dk.ss, w->dp, 1, CPU_BR, q, lq, nj, Dqk, rows, NULL, CPU_GEMM_ADD, 0);
   /* dQ[i] += sum_j dS^T[j][i] K[j] */
-  ops->gemm(dqr, dq.ss, w->dp, CPU_BR, 1, k, pb->k.ss, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
+  ops->gemm(dqr, dq.ss, w->dp, CPU_BR, 1, k, kr->ldk, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
 }
 
 static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int split) {
@@ -106,6 +130,11 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         int64_t ca = kt * CPU_BC > seg->c0 ? kt * CPU_BC : seg->c0;
         int64_t cb = (kt + 1) * CPU_BC < seg->c1 ? (kt + 1) * CPU_BC : seg->c1;
         int safe = jb->kbad[(b * pb->Hkv + hk) * jb->nkt + kt];
+        key_rows kr;
+        kr.k = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, b, ca, hk, (int)(cb - ca),
+                                  (int)pb->Dqk, w->kc, &kr.ldk);
+        kr.v = attn__cpu_rows_f32(jb->ops, pb->v, pb->dtype, b, ca, hk, (int)(cb - ca),
+                                  (int)pb->Dv, w->vc, &kr.ldv);
         for (int64_t t = jb->seg_tile0[s]; t < jb->seg_tile0[s + 1]; t++) {
           const qtile *qt = &jb->tiles[t];
           int64_t a = ca > qt->kc0 ? ca : qt->kc0, e = cb < qt->kc1 ? cb : qt->kc1;
@@ -114,7 +143,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
             skipped++;
             continue;
           }
-          run_pair(jb, w, b, h, hk, t, ca, (int)(cb - ca), safe, jb->dq[split]);
+          run_pair(jb, w, b, h, hk, t, ca, (int)(cb - ca), safe, jb->dq[split], &kr);
           computed++;
           flops += 2.0 * qt->rows * (double)(cb - ca) * (double)(3 * pb->Dqk + 2 * pb->Dv);
         }
@@ -128,7 +157,9 @@ static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles) {
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   size_t tile = (size_t)CPU_BC * CPU_BR;
-  size_t n = (size_t)ntiles * CPU_BR * (size_t)(pb->Dqk + pb->Dv + 2) + 3 * tile;
+  const int lp = pb->dtype != ATTN_F32; /* the float32 copies of bf16/f16 inputs */
+  size_t n = (size_t)ntiles * CPU_BR * (size_t)((1 + lp) * (pb->Dqk + pb->Dv) + 2) + 3 * tile +
+             (lp ? (size_t)CPU_BC * (size_t)(pb->Dqk + pb->Dv) : 0);
   float *buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     free(w);
@@ -141,6 +172,12 @@ static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles) {
   w->s = w->dl + (size_t)ntiles * CPU_BR;
   w->dp = w->s + tile;
   w->t = w->dp + tile;
+  if (lp) {
+    w->qrow = w->t + tile;
+    w->dorow = w->qrow + (size_t)ntiles * CPU_BR * pb->Dqk;
+    w->kc = w->dorow + (size_t)ntiles * CPU_BR * pb->Dv;
+    w->vc = w->kc + (size_t)CPU_BC * pb->Dqk;
+  }
   return w;
 }
 
@@ -236,7 +273,7 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK_GOTO(make_tiles(pb, segs, jb.nseg, &tiles, &jb.ntiles, &seg_tile0), st, done);
   jb.tiles = tiles;
   jb.seg_tile0 = seg_tile0;
-  kbad = attn__cpu_nonfinite_tiles(pb->k, pb->B, pb->skv, pb->Hkv, pb->Dqk);
+  kbad = attn__cpu_nonfinite_tiles(pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk);
   if (!kbad) {
     st = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags allocation failed");
     goto done;

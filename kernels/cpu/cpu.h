@@ -49,6 +49,13 @@ typedef struct {
   /* Lanes to rows: dst[i*ds + d] = src[d*CPU_BR + i] * (scale ? scale[i] : 1), i < rows. */
   void (*unpack_t)(float *dst, int64_t ds, const float *src, int rows, int D,
                    const float *scale);
+  /* bf16/f16 rows to float32: dst[r*ld + d] = src[r*ss + d] for r < rows, d < D (src and
+   * ss in elements of t, which is ATTN_BF16 or ATTN_F16). */
+  void (*rows_in)(float *dst, int64_t ld, const void *src, int64_t ss, attn_dtype t, int rows,
+                  int D);
+  /* float32 rows to bf16/f16, nearest even: dst[r*ds + d] = src[r*ld + d]. */
+  void (*rows_out)(void *dst, int64_t ds, attn_dtype t, const float *src, int64_t ld, int rows,
+                   int D);
 } cpu_tile_ops;
 
 extern const cpu_tile_ops attn__cpu_ops_scalar;
@@ -84,9 +91,17 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
 void attn__cpu_key_range(const attn__problem *pb, const cpu_segment *seg, int64_t r0, int rows,
                          int64_t *c0, int64_t *c1);
 
-/* Flags [B][H][ceil(S/CPU_BC)]: 1 where a key tile of x holds NaN or Inf (those tiles take
- * the safe GEMM so masked non-finite values cannot leak). NULL on allocation failure. */
-uint8_t *attn__cpu_nonfinite_tiles(attn__view x, int64_t B, int64_t S, int64_t H, int64_t D);
+/* Flags [B][H][ceil(S/CPU_BC)]: 1 where a key tile of x (dtype t) holds NaN or Inf (those
+ * tiles take the safe GEMM so masked non-finite values cannot leak). NULL on allocation
+ * failure. */
+uint8_t *attn__cpu_nonfinite_tiles(attn__view x, attn_dtype t, int64_t B, int64_t S, int64_t H,
+                                   int64_t D);
+
+/* Rows [s0, s0+rows) of head h of batch b of x (dtype t, D wide) as float32: x itself when
+ * t is float32 (*ld = its row stride), else converted into buf [rows][D] (*ld = D). */
+const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
+                                int64_t s0, int64_t h, int rows, int D, float *buf,
+                                int64_t *ld);
 
 /* Adds a finished tile to the context's statistics (thread-safe). */
 void attn__cpu_count(attn_ctx_t ctx, int64_t computed, int64_t skipped, double flops);

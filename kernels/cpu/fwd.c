@@ -1,6 +1,7 @@
 /* fwd.c — CPU flash forward: one query tile at a time against the visible key tiles,
  * carrying a float32 (m, l, acc) state; one-shot (state in registers/L1, written as O and
  * LSE) or block mode (state loaded from and stored to an attn_state). */
+#include "convert.h"
 #include "cpu.h"
 
 #include <stdlib.h>
@@ -16,6 +17,7 @@ typedef struct {
   float *qt;    /* [Dqk][CPU_BR] scaled Q^T */
   float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T */
   float *ot;    /* [Dv][CPU_BR] unnormalised O^T */
+  float *cv;    /* [CPU_BC][max(Dqk, Dv)] bf16/f16 rows as float32: Q, a K or V tile, O */
   float m[CPU_BR], l[CPU_BR], alpha[CPU_BR]; /* log2 units */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
@@ -33,8 +35,10 @@ typedef struct {
 static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
-  const float *q = pb->q.p + it->b * pb->q.sb + it->r0 * pb->q.ss + it->h * pb->q.sh;
-  jb->ops->pack_t(w->qt, q, pb->q.ss, it->rows, (int)pb->Dqk, qs);
+  int64_t ld;
+  const float *q = attn__cpu_rows_f32(jb->ops, pb->q, pb->dtype, it->b, it->r0, it->h, it->rows,
+                                      (int)pb->Dqk, w->cv, &ld);
+  jb->ops->pack_t(w->qt, q, ld, it->rows, (int)pb->Dqk, qs);
 }
 
 /* Folds the visible key tiles of the item into w's state. */
@@ -44,8 +48,6 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const int64_t hk = it->h / (pb->Hq / pb->Hkv);
   int64_t kc0, kc1, computed = 0;
   attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
-  const float *kbase = pb->k.p + it->b * pb->k.sb + hk * pb->k.sh;
-  const float *vbase = pb->v.p + it->b * pb->v.sb + hk * pb->v.sh;
   double flops = 0;
   for (int64_t t = kc0 / CPU_BC; t * CPU_BC < kc1; t++) {
     int64_t ca = t * CPU_BC > kc0 ? t * CPU_BC : kc0;
@@ -53,12 +55,17 @@ static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
     int nj = (int)(cb - ca);
     if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
-    jb->ops->gemm(w->s, CPU_BR, kbase + ca * pb->k.ss, 1, pb->k.ss, w->qt, CPU_BR, nj, CPU_BR,
-                  (int)pb->Dqk, NULL, CPU_GEMM_SET, 0);
+    int64_t ld;
+    const float *kt = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, it->b, ca, hk, nj,
+                                         (int)pb->Dqk, w->cv, &ld); /* [nj] rows */
+    jb->ops->gemm(w->s, CPU_BR, kt, 1, ld, w->qt, CPU_BR, nj, CPU_BR, (int)pb->Dqk, NULL,
+                  CPU_GEMM_SET, 0);
     jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
     int safe = jb->vbad[(it->b * pb->Hkv + hk) * jb->nkt + t];
-    jb->ops->gemm(w->ot, CPU_BR, vbase + ca * pb->v.ss, pb->v.ss, 1, w->s, CPU_BR, (int)pb->Dv,
-                  CPU_BR, nj, w->alpha, CPU_GEMM_SCALE_ADD, safe);
+    const float *vt = attn__cpu_rows_f32(jb->ops, pb->v, pb->dtype, it->b, ca, hk, nj,
+                                         (int)pb->Dv, w->cv, &ld); /* K's rows are done */
+    jb->ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, (int)pb->Dv, CPU_BR, nj, w->alpha,
+                  CPU_GEMM_SCALE_ADD, safe);
     computed++;
     flops += 2.0 * it->rows * nj * (double)(pb->Dqk + pb->Dv);
   }
@@ -91,8 +98,13 @@ static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, at
     }
     if (lse) lse[(it->b * pb->Hq + it->h) * lse_rows + pb->q_row0 + it->r0 + i] = lse2 / CPU_LOG2E;
   }
-  float *o0 = o.p + it->b * o.sb + it->r0 * o.ss + it->h * o.sh; /* row i at o0 + i*o.ss */
-  jb->ops->unpack_t(o0, o.ss, w->ot, it->rows, (int)pb->Dv, inv);
+  void *o0 = attn__cpu_row(o, pb->dtype, it->b, it->r0, it->h); /* row i at o0 + i*o.ss */
+  if (pb->dtype == ATTN_F32) {
+    jb->ops->unpack_t(o0, o.ss, w->ot, it->rows, (int)pb->Dv, inv);
+    return;
+  }
+  jb->ops->unpack_t(w->cv, pb->Dv, w->ot, it->rows, (int)pb->Dv, inv);
+  jb->ops->rows_out(o0, o.ss, pb->dtype, w->cv, pb->Dv, it->rows, (int)pb->Dv);
 }
 
 static void state_load(const fwd_job *jb, const fwd_item *it, const attn_state *st,
@@ -125,7 +137,8 @@ static _Thread_local size_t cached_floats;
 
 static fwd_work *work_get(const attn__problem *pb) {
   size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
-  size_t floats = qt + (size_t)CPU_BC * CPU_BR + ot;
+  size_t cv = (size_t)CPU_BC * (size_t)(pb->Dqk > pb->Dv ? pb->Dqk : pb->Dv);
+  size_t floats = qt + (size_t)CPU_BC * CPU_BR + ot + cv;
   if (!cached_work) {
     cached_work = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
     if (!cached_work) return NULL;
@@ -140,6 +153,7 @@ static fwd_work *work_get(const attn__problem *pb) {
   fwd_work *w = cached_work;
   w->s = w->qt + qt;
   w->ot = w->s + (size_t)CPU_BC * CPU_BR;
+  w->cv = w->ot + ot;
   return w;
 }
 
@@ -176,7 +190,7 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   ATTN_CHECK(attn__cpu_segments(pb, &segs, &nseg));
   attn_status status = make_items(pb, segs, nseg, &items, &nitems);
   fwd_job jb = {pb, be->ops, segs, NULL, (pb->skv + CPU_BC - 1) / CPU_BC, ctx};
-  uint8_t *vbad = status == ATTN_OK ? attn__cpu_nonfinite_tiles(pb->v, pb->B, pb->skv, pb->Hkv, pb->Dv) : NULL;
+  uint8_t *vbad = status == ATTN_OK ? attn__cpu_nonfinite_tiles(pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv) : NULL;
   if (status == ATTN_OK && !vbad) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags allocation failed");
   jb.vbad = vbad;
   int failed = 0;

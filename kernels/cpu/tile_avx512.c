@@ -280,8 +280,48 @@ static void unpack_t_avx512(float *dst, int64_t ds, const float *src, int rows, 
   }
 }
 
+/* 16 bf16/f16 values (the low n lanes; the rest 0) to float32. */
+static inline __m512 load16_lp(const uint16_t *p, int n, attn_dtype t) {
+  __m256i h = _mm256_maskz_loadu_epi16(first_n(n), p);
+  if (t == ATTN_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 floats to bf16/f16, nearest even (bf16: NaN kept quiet, as attn__cpu_store). */
+static inline void store16_lp(uint16_t *p, int n, attn_dtype t, __m512 x) {
+  __m256i h;
+  if (t == ATTN_F16) {
+    h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    const __m512i u = _mm512_castps_si512(x), one = _mm512_set1_epi32(1);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                            _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    h = _mm512_cvtepi32_epi16(r);
+  }
+  _mm256_mask_storeu_epi16(p, first_n(n), h);
+}
+
+static void rows_in_avx512(float *dst, int64_t ld, const void *src, int64_t ss, attn_dtype t,
+                           int rows, int D) {
+  const uint16_t *h = src;
+  for (int r = 0; r < rows; r++)
+    for (int d0 = 0; d0 < D; d0 += 16)
+      _mm512_mask_storeu_ps(dst + r * ld + d0, first_n(D - d0), load16_lp(h + r * ss + d0, D - d0, t));
+}
+
+static void rows_out_avx512(void *dst, int64_t ds, attn_dtype t, const float *src, int64_t ld,
+                            int rows, int D) {
+  uint16_t *h = dst;
+  for (int r = 0; r < rows; r++)
+    for (int d0 = 0; d0 < D; d0 += 16)
+      store16_lp(h + r * ds + d0, D - d0, t, _mm512_maskz_loadu_ps(first_n(D - d0), src + r * ld + d0));
+}
+
 static const cpu_tile_ops ops_avx512 = {"cpu-avx512",     gemm_avx512,    softmax_fwd_avx512,
                                         probs_bwd_avx512, dscores_avx512, pack_t_avx512,
-                                        unpack_t_avx512};
+                                        unpack_t_avx512,  rows_in_avx512, rows_out_avx512};
 
 const cpu_tile_ops *attn__cpu_ops_avx512(void) { return &ops_avx512; }

@@ -1,5 +1,6 @@
 /* tile_scalar.c — portable C tile primitives: always built, forceable (force_scalar), and
  * the definition the AVX-512 primitives must match. */
+#include "convert.h"
 #include "cpu.h"
 
 static void gemm_scalar(float *C, int64_t ldc, const float *A, int64_t ak, int64_t am,
@@ -96,6 +97,20 @@ static void unpack_t_scalar(float *dst, int64_t ds, const float *src, int rows, 
         dst[i * ds + d] = src[d * CPU_BR + i] * (scale ? scale[i] : 1.0f);
 }
 
+static void rows_in_scalar(float *dst, int64_t ld, const void *src, int64_t ss, attn_dtype t,
+                           int rows, int D) {
+  const uint16_t *h = src;
+  for (int r = 0; r < rows; r++)
+    for (int d = 0; d < D; d++) dst[r * ld + d] = attn__cpu_load(h + r * ss, d, t);
+}
+
+static void rows_out_scalar(void *dst, int64_t ds, attn_dtype t, const float *src, int64_t ld,
+                            int rows, int D) {
+  uint16_t *h = dst;
+  for (int r = 0; r < rows; r++)
+    for (int d = 0; d < D; d++) attn__cpu_store(h + r * ds, d, t, src[r * ld + d]);
+}
+
 const cpu_tile_ops attn__cpu_ops_scalar = {"cpu-scalar",    gemm_scalar,    softmax_fwd_scalar,
                                            probs_bwd_scalar, dscores_scalar, pack_t_scalar,
-                                           unpack_t_scalar};
+                                           unpack_t_scalar,  rows_in_scalar, rows_out_scalar};

@@ -1,5 +1,6 @@
 /* tiles.c — where the CPU kernels' tiles fall: varlen segments, the visible key range of a
  * query tile, and the per-tile mask description (skip, full, or partial). */
+#include "convert.h"
 #include "cpu.h"
 
 #include <stdlib.h>
@@ -119,18 +120,43 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
   return 1;
 }
 
-uint8_t *attn__cpu_nonfinite_tiles(attn__view x, int64_t B, int64_t S, int64_t H, int64_t D) {
+/* 1 when row [D] of dtype t holds a NaN or an Inf. */
+static int row_nonfinite(const void *row, attn_dtype t, int64_t D) {
+  if (t == ATTN_F32) {
+    const float *x = row;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < D; d++) acc += x[d] * 0.0f; /* NaN iff a NaN or Inf */
+    return acc != 0.0f;
+  }
+  const uint16_t *h = row, e = t == ATTN_BF16 ? 0x7F80u : 0x7C00u; /* all-ones exponent */
+  int bad = 0;
+  for (int64_t d = 0; d < D; d++) bad |= (h[d] & e) == e;
+  return bad;
+}
+
+uint8_t *attn__cpu_nonfinite_tiles(attn__view x, attn_dtype t, int64_t B, int64_t S, int64_t H,
+                                   int64_t D) {
   const int64_t nt = (S + CPU_BC - 1) / CPU_BC;
   uint8_t *flags = calloc((size_t)(B * H * nt) + 1, 1); /* [B][H][nt] */
   if (!flags) return NULL;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
-      for (int64_t s = 0; s < S; s++) {
-        const float *row = x.p + b * x.sb + s * x.ss + h * x.sh; /* [D] */
-        float acc = 0.0f;
-        for (int64_t d = 0; d < D; d++) acc += row[d] * 0.0f; /* NaN iff a NaN or Inf */
-        if (acc != 0.0f) flags[(b * H + h) * nt + s / CPU_BC] = 1;
-      }
+      for (int64_t s = 0; s < S; s++)
+        if (row_nonfinite(attn__cpu_row(x, t, b, s, h), t, D))
+          flags[(b * H + h) * nt + s / CPU_BC] = 1;
   return flags;
+}
+
+const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
+                                int64_t s0, int64_t h, int rows, int D, float *buf,
+                                int64_t *ld) {
+  const void *src = attn__cpu_row(x, t, b, s0, h);
+  if (t == ATTN_F32) {
+    *ld = x.ss;
+    return src;
+  }
+  ops->rows_in(buf, D, src, x.ss, t, rows, D);
+  *ld = D;
+  return buf;
 }

@@ -13,48 +13,6 @@ int64_t gc_n_v(const gc_prob *P) { return P->B * P->Skv * P->Hkv * P->Dv; }
 int64_t gc_n_lse(const gc_prob *P) { return P->B * P->Hq * P->Sq; }
 size_t gc_elem_bytes(const gc_prob *P) { return P->c.dtype == ATTN_F32 ? 4 : 2; }
 
-/* ---- bf16 / f16 rounding (round to nearest even) ------------------------------------ */
-uint16_t gc_to_bits(float x, int dtype) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if (dtype == ATTN_BF16) {
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-  }
-  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
-  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
-  if (a < 0x38800000u) {
-    float f;
-    memcpy(&f, &a, 4);
-    return (uint16_t)(sign | (uint32_t)nearbyintf(f * 16777216.0f));
-  }
-  uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
-  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-float gc_from_bits(uint16_t h, int dtype) {
-  uint32_t u;
-  float f;
-  if (dtype == ATTN_BF16) {
-    u = (uint32_t)h << 16;
-  } else {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0) {
-      f = ldexpf((float)m, -24);
-      return sign ? -f : f;
-    }
-    u = e == 31 ? sign | 0x7F800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
-  }
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-float gc_round(float x, int dtype) {
-  return dtype == ATTN_F32 ? x : gc_from_bits(gc_to_bits(x, dtype), dtype);
-}
-
 void gc_describe(const gc_case *c, char *buf, size_t n) {
   const char *dt = c->dtype == ATTN_BF16 ? "bf16" : c->dtype == ATTN_F16 ? "f16" : "f32";
   int w = snprintf(buf, n, "%s: %s B=%lld Sq=%lld Skv=%lld Hq=%d Hkv=%d D=%d",
@@ -106,7 +64,7 @@ static int64_t at(const gc_prob *P, int64_t b, int64_t s, int64_t h, int64_t S, 
 /* The bits of element x in the dtype: uint16 for bf16/f16, the float itself for f32. */
 static void put_elem(const gc_prob *P, void *dst, int64_t i, float x) {
   if (P->c.dtype == ATTN_F32) ((float *)dst)[i] = x;
-  else ((uint16_t *)dst)[i] = gc_to_bits(x, P->c.dtype);
+  else ((uint16_t *)dst)[i] = tu_to_bits(x, P->c.dtype);
 }
 
 /* Element i of a downloaded buffer; all-ones bits (never written) read as the harness's
@@ -118,7 +76,7 @@ static float get_elem(const gc_prob *P, const void *src, int64_t i) {
     return u == 0xFFFFFFFFu ? tu_poison_value() : ((const float *)src)[i];
   }
   const uint16_t x = ((const uint16_t *)src)[i];
-  return x == 0xFFFFu ? tu_poison_value() : gc_from_bits(x, P->c.dtype);
+  return x == 0xFFFFu ? tu_poison_value() : tu_from_bits(x, P->c.dtype);
 }
 
 static void *upload_elems(const gc_prob *P, const float *src, int64_t S, int64_t H, int64_t D) {
@@ -164,7 +122,7 @@ void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, i
 /* ---- setup --------------------------------------------------------------------------- */
 static void fill_rounded(float *x, int64_t n, double lo, double hi, uint64_t seed, int dtype) {
   tu_fill(x, n, lo, hi, seed);
-  for (int64_t i = 0; i < n; i++) x[i] = gc_round(x[i], dtype);
+  for (int64_t i = 0; i < n; i++) x[i] = tu_round(x[i], dtype);
 }
 
 static void upload_all(gc_prob *P) {
@@ -434,12 +392,12 @@ static void naive(gc_prob *P, int bwd) {
         for (int64_t j = 0; j < P->Skv; j++) {
           if (!vis[j]) continue;
           pr[j] = expf(s[j] - lse);
-          const float pb = gc_round(pr[j], (int)dt);
+          const float pb = tu_round(pr[j], (int)dt);
           const float *v = P->v + ((b * P->Skv + j) * P->Hkv + h / G) * Dv;
           for (int64_t d = 0; d < Dv; d++) acc[d] += pb * v[d];
         }
         float *o = P->no + ((b * P->Sq + i) * P->Hq + h) * Dv;
-        for (int64_t d = 0; d < Dv; d++) o[d] = gc_round(acc[d], (int)dt);
+        for (int64_t d = 0; d < Dv; d++) o[d] = tu_round(acc[d], (int)dt);
         if (!bwd) continue;
         const float *dO = P->dout + ((b * P->Sq + i) * P->Hq + h) * Dv;
         float delta = 0.0f;
@@ -460,8 +418,8 @@ static void naive(gc_prob *P, int bwd) {
             const float th = tanhf(raw * P->pb.scale / P->spec.softcap);
             dcap = 1.0f - th * th;
           }
-          const float ds = gc_round(pr[j] * (dp - delta) * P->pb.scale * dcap, (int)dt);
-          const float pb = gc_round(pr[j], (int)dt);
+          const float ds = tu_round(pr[j] * (dp - delta) * P->pb.scale * dcap, (int)dt);
+          const float pb = tu_round(pr[j], (int)dt);
           for (int64_t d = 0; d < D; d++) {
             dq[d] += ds * k[d];
             P->ndk[kr * D + d] += ds * q[d];
@@ -698,12 +656,12 @@ int64_t gc_make_hot(gc_prob *P) {
   for (int64_t j = 0; j < P->Skv; j++)
     for (int64_t b = 0; b < P->B; b++)
       for (int64_t h = 0; h < P->Hkv; h++)
-        P->k[((b * P->Skv + j) * P->Hkv + h) * P->D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
+        P->k[((b * P->Skv + j) * P->Hkv + h) * P->D] = j == hot ? tu_round(1e30f, ATTN_BF16) : 0.0f;
   for (int64_t i = 0; i < P->Sq; i++) {
     masked += !P->vis[i * P->Skv + hot];
     for (int64_t b = 0; b < P->B; b++)
       for (int64_t h = 0; h < P->Hq; h++)
-        P->q[((b * P->Sq + i) * P->Hq + h) * P->D] = P->vis[i * P->Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+        P->q[((b * P->Sq + i) * P->Hq + h) * P->D] = P->vis[i * P->Skv + hot] ? 0.0f : tu_round(1e10f, ATTN_BF16);
   }
   return masked;
 }

@@ -143,9 +143,4 @@ void gc_expect_empty(const gc_prob *P, const gc_out *out, const gc_case *c, int 
  * Returns how many rows do not see the hot key. */
 int64_t gc_make_hot(gc_prob *P);
 
-/* float -> nearest bf16 / f16 (bits), and back; gc_round is the identity for float32. */
-uint16_t gc_to_bits(float x, int dtype);
-float gc_from_bits(uint16_t h, int dtype);
-float gc_round(float x, int dtype);
-
 #endif

@@ -178,12 +178,12 @@ static void run(gc_case c, int deterministic, int flags) {
     for (int64_t j = 0; j < P.Skv; j++)
       for (int64_t b = 0; b < P.B; b++)
         for (int64_t h = 0; h < P.Hkv; h++)
-          P.k[((b * P.Skv + j) * P.Hkv + h) * P.D] = j == hot ? gc_round(1e30f, ATTN_BF16) : 0.0f;
+          P.k[((b * P.Skv + j) * P.Hkv + h) * P.D] = j == hot ? tu_round(1e30f, ATTN_BF16) : 0.0f;
     for (int64_t i = 0; i < P.Sq; i++) {
       masked += !P.vis[i * P.Skv + hot];
       for (int64_t b = 0; b < P.B; b++)
         for (int64_t h = 0; h < P.Hq; h++)
-          P.q[((b * P.Sq + i) * P.Hq + h) * P.D] = P.vis[i * P.Skv + hot] ? 0.0f : gc_round(1e10f, ATTN_BF16);
+          P.q[((b * P.Sq + i) * P.Hq + h) * P.D] = P.vis[i * P.Skv + hot] ? 0.0f : tu_round(1e10f, ATTN_BF16);
     }
     gc_sync(&P);
     TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);

@@ -87,6 +87,11 @@ cli_mpi_check(ring_sparse_np3 3 --mode ring --seq 512 --heads 2 --head-dim 32 --
               --check 8 --sparse local=1,stride=3,global=1,random=1,block=32)
 cli_mpi_check(ring_sq_lt_skv_np3 3 --mode ring --seq 100 --seq-kv 1000 --batch 2 --heads 2
               --head-dim 32 --causal --bwd --check 8)
+cli_mpi_check(ring_bf16_np3 3 --mode ring --dtype bf16 --seq 333 --heads 3 --kv-heads 1
+              --head-dim 48 --causal --window 64,16 --sinks --bwd --check 8)
+cli_mpi_check(ring_f16_np2 2 --mode ring --layout contiguous --dtype f16 ${RING_GQA})
+cli_mpi_check(grid_2x2_bf16_np4 4 --tp 2 --cp 2 --dtype bf16 --seq 384 --heads 4 --kv-heads 2
+              --head-dim 32 --causal --alibi --bwd --check 8)
 cli_mpi_check(tp_np2 2 --mode tp --seq 256 --heads 4 --kv-heads 2 --head-dim 32 --causal --bwd --check 8)
 cli_mpi_check(tp_replicated_kv_np4 4 --mode tp --seq 256 --heads 4 --kv-heads 2 --head-dim 32
               --causal --sinks --bwd --check 8)

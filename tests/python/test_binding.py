@@ -2,7 +2,7 @@
 NumPy reference (ref_numpy.py): forward and backward with every feature on and off, random
 inputs drawn fresh per case, strided (BHSD) views, empty rows, bad arguments (AttnError
 naming the argument, nothing written), the block API (fold, merge, finalize; prepare and
-block gradients), the finite-difference check of the reference itself;
+block gradients), float16 NumPy arrays, the finite-difference check of the reference itself;
 on a CUDA context also bf16 / f16 torch CUDA tensors (when torch is installed).
 
     python3 tests/python/test_binding.py [cpu|cuda|auto]
@@ -190,6 +190,39 @@ def staging_mechanics(rng):
         FAILS.append("staging strided")
 
 
+def f16_numpy(rng):
+    """float16 NumPy arrays (the CPU backend takes f16 storage too; a CUDA context stages
+    them): o comes back float16, LSE and the gradients float32, against the reference on
+    the same rounded inputs; tolerances of f16 storage (O rounded once: 2^-12 relative)."""
+    tol = {"o": 1e-3, "lse": 1e-3, "dq": 8e-3, "dk": 8e-3, "dv": 8e-3, "dsinks": 8e-3}
+    if CTX.device == 0:  # the CPU computes in float32 and rounds only O
+        tol = {"o": 5e-4, "lse": 2e-5, "dq": 1e-3, "dk": 1e-3, "dv": 1e-4, "dsinks": 1e-3}
+    for D, spec in ((64, {"causal": True, "window": (30, 0)}),
+                    (32, {"sinks": True, "softcap": 3.0, "bhsd": True})):
+        B, Sq, Skv, Hq, Hkv = 2, 130, 150, 4, 2
+        if spec.pop("sinks", False):
+            spec["sinks"] = rng.standard_normal(Hq).astype(np.float32)
+        bhsd = spec.pop("bhsd", False)
+        shapes = [(B, Sq, Hq, D), (B, Skv, Hkv, D), (B, Skv, Hkv, D), (B, Sq, Hq, D)]
+        if bhsd:
+            q, k, v, do = (rng.standard_normal((s[0], s[2], s[1], s[3])).astype(np.float16)
+                           .transpose(0, 2, 1, 3) for s in shapes)
+        else:
+            q, k, v, do = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+        o, lse = CTX.forward(q, k, v, **spec)
+        dq, dk, dv, ds = CTX.backward(q, k, v, o, lse, do, **spec)
+        w = [x.astype(np.float32) for x in (q, k, v, do)]
+        ro, rlse = ref.forward(*w[:3], **spec)
+        grads = ref.backward(*w, **spec)
+        print(f"numpy float16 D{D} {','.join(spec)}" + (" bhsd" if bhsd else ""))
+        if o.dtype != np.float16 or dq.dtype != np.float32:
+            FAILS.append(f"float16 dtypes: o {o.dtype}, dq {dq.dtype}")
+        for n, g, want in (("o", o, ro), ("lse", lse, rlse), ("dq", dq, grads[0]),
+                           ("dk", dk, grads[1]), ("dv", dv, grads[2]), ("dsinks", ds, grads[3])):
+            if want is not None:
+                expect("f16 " + n, g, want, tol[n])
+
+
 def torch_cases(rng):
     """bf16 / f16 torch CUDA tensors straight into the CUDA backend (no staging), against
     the reference on the same rounded inputs; tolerances of bf16/f16 storage."""
@@ -273,6 +306,7 @@ def main():
     block_api(rng)
     bad_arguments(rng)
     staging_mechanics(rng)
+    f16_numpy(rng)
     torch_cases(rng)
     CTX.close()
     if FAILS:
