@@ -357,10 +357,16 @@ typedef struct {
   attn_spec spec;        /* global: Hq, Hkv, Dqk, Dv, masks; sinks/alibi are [Hq] global */
   float rope_theta;      /* RoPE on Q and K after projection; 0: off */
   attn_cp_layout layout; /* how x's rows are cut over the CP group (cp > 1) */
+  /* Storage of the attention's Q, K, V, O (and dO) inside the layer; x, the weights, y
+   * and every gradient stay float32. ATTN_LAYER_DTYPE_AUTO: BF16 on a device, F32 on
+   * the host; else an attn_dtype the context takes (attn_ctx_supports_dtype). */
+  int32_t attention_dtype;
 } attn_layer_config;
 
-#define ATTN_LAYER_CONFIG_INIT \
-  {sizeof(attn_layer_config), ATTN_LAYER_CONFIG_VERSION, 0, ATTN_SPEC_INIT, 0.0f, ATTN_LAYOUT_ZIGZAG}
+#define ATTN_LAYER_DTYPE_AUTO (-1)
+#define ATTN_LAYER_CONFIG_INIT                                                              \
+  {sizeof(attn_layer_config), ATTN_LAYER_CONFIG_VERSION, 0, ATTN_SPEC_INIT, 0.0f,           \
+   ATTN_LAYOUT_ZIGZAG, ATTN_LAYER_DTYPE_AUTO}
 
 /* Heads this TP rank owns: query heads [hq0, hq0 + hq), KV heads [hk0, hk0 + hk). KV heads
  * are split when Hkv >= tp and replicated (hk = 1) when Hkv < tp. */

@@ -92,6 +92,7 @@ attn_status layer_setup(layer_job *L, const run_env *env, problem *p, const char
   cfg.d_model = a->d_model;
   cfg.spec = p->spec;
   cfg.layout = env->g->layout;
+  cfg.attention_dtype = p->dtype; /* the run's dtype, as in plain attention */
   *what = "attn_layer_create";
   attn_status st = attn_layer_create(&L->layer, env->grp, &cfg);
   attn_layer_heads h;

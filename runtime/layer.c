@@ -72,7 +72,8 @@ struct attn_layer_s {
   attn_layer_heads h;
   int64_t d, dqk, dv, cols; /* d_model, Dqk, Dv, columns of w_qkv */
   attn__comm *kv;         /* TP ranks sharing this rank's replicated KV head; NULL if split */
-  attn_dtype adt;         /* dtype the attention runs in: F32 on the host, BF16 on a device */
+  attn_dtype adt;         /* dtype the attention runs in (cfg.attention_dtype; auto: F32 on
+                           * the host, BF16 on a device) */
   int have_fwd;           /* the last forward succeeded: backward may run */
   int have_bwd;           /* the last backward succeeded: BUF_DSINKS holds d(sinks) */
   int64_t batch, seq, rows; /* of the last forward; rows = S_loc */
@@ -293,6 +294,7 @@ static void config_fingerprint(const attn_layer_config *c, attn__fingerprint *fp
   const attn_spec *s = &c->spec;
   fp->count = 0;
   attn__fp_add(fp, "d_model", c->d_model);
+  attn__fp_add(fp, "attention_dtype", c->attention_dtype);
   attn__fp_add(fp, "num_heads_q", s->num_heads_q);
   attn__fp_add(fp, "num_heads_kv", s->num_heads_kv);
   attn__fp_add(fp, "head_dim_qk", s->head_dim_qk);
@@ -361,6 +363,15 @@ attn_status attn_layer_create(attn_layer_t *out, attn_group_t grp, const attn_la
   attn_status local = copy_config(cfg, &L->cfg);
   if (local == ATTN_OK) local = check_config(&L->cfg, grp->info.tp_size);
   L->adt = grp->ctx->ops->device == ATTN_DEVICE_HOST ? ATTN_F32 : ATTN_BF16;
+  if (local == ATTN_OK && L->cfg.attention_dtype != ATTN_LAYER_DTYPE_AUTO) {
+    L->adt = (attn_dtype)L->cfg.attention_dtype;
+    if (attn_ctx_supports_dtype(grp->ctx, L->adt) != ATTN_OK) {
+      char why[256]; /* the message names the context's dtypes */
+      snprintf(why, sizeof why, "%s", attn_last_error());
+      local = attn__fail(ATTN_ERR_UNSUPPORTED, "cfg->attention_dtype=%d: %s",
+                         (int)L->cfg.attention_dtype, why);
+    }
+  }
   attn__fingerprint fp;
   config_fingerprint(&L->cfg, &fp);
   attn_status st = preflight(grp->world, &fp, local);

@@ -5,8 +5,8 @@ passed around the ring; Layer: the tensor-parallel attention layer with its proj
 with every mask and feature of the C API (DESIGN.md §2): causal (bottom-right), sliding
 window, sinks, ALiBi, softcap, GQA/MQA, varlen, block-sparse masks, Dqk != Dv.
 
-Arrays are NumPy arrays (host, float32 on the cpu backend) or torch tensors (host or CUDA:
-float32, bfloat16, float16 on the cuda backend) in the logical layouts Q [B, Sq, Hq, Dqk],
+Arrays are NumPy arrays (host: float32 or float16) or torch tensors (host or CUDA: float32,
+bfloat16 or float16, on either backend) in the logical layouts Q [B, Sq, Hq, Dqk],
 K [B, Skv, Hkv, Dqk], V [B, Skv, Hkv, Dv], O [B, Sq, Hq, Dv], LSE [B, Hq, Sq] (float32,
 natural log), any strides with a contiguous last dimension. Outputs are new arrays of the
 inputs' kind; NumPy arrays given to a CUDA context are copied to the device and back.
@@ -343,18 +343,22 @@ class Layer(_Handle):
     attention spec's (global: sinks / alibi_slopes are [Hq]); their arrays stay with the
     layer until close. All arrays float32: x, y [B, S_loc, d_model], w_qkv [d_model,
     hq*Dqk + hk*Dqk + hk*Dv] = this rank's [W_q | W_k | W_v] columns (head-major), w_o
-    [hq*Dv, d_model] its rows of W_o."""
+    [hq*Dv, d_model] its rows of W_o. attention_dtype: "f32", "bf16" or "f16", the storage
+    of the attention's Q, K, V, O inside the layer (None: bf16 on cuda, f32 on the host)."""
     _destroy = "attn_layer_destroy"
 
     def __init__(self, group, d_model, num_heads_q, num_heads_kv, head_dim, head_dim_v=0,
-                 rope_theta=0.0, layout="zigzag", **spec):
+                 rope_theta=0.0, layout="zigzag", attention_dtype=None, **spec):
         func = "attn_layer_create"
+        if attention_dtype not in C.LAYER_DTYPES:
+            raise C.invalid(func, f"attention_dtype: {attention_dtype!r} is not None, 'f32', 'bf16' or 'f16'")
         self.group = group
         self._stage = A.Staging(group.ctx._h, group.ctx.device)
         cfg = C.LayerConfig()
         cfg.size, cfg.version = ctypes.sizeof(C.LayerConfig), 1
         cfg.d_model, cfg.rope_theta = int(d_model), float(rope_theta)
         cfg.layout = _layout(func, layout)
+        cfg.attention_dtype = C.LAYER_DTYPES[attention_dtype]
         cfg.spec.size, cfg.spec.version = ctypes.sizeof(C.Spec), C.SPEC_VERSION
         cfg.spec.window_left = cfg.spec.window_right = -1
         try:

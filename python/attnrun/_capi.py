@@ -74,7 +74,10 @@ class BlockPos(ctypes.Structure):
 
 class LayerConfig(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("version", c_u32), ("d_model", c_i64), ("spec", Spec),
-                ("rope_theta", c_f32), ("layout", c_i32)]
+                ("rope_theta", c_f32), ("layout", c_i32), ("attention_dtype", c_i32)]
+
+
+LAYER_DTYPES = {None: -1, "f32": F32, "bf16": BF16, "f16": F16}  # -1: ATTN_LAYER_DTYPE_AUTO
 
 
 class LayerHeads(ctypes.Structure):

@@ -18,6 +18,13 @@
 #define RTOL_FWD 2e-5 /* against the float64 reference */
 #define RTOL_BWD 1e-4
 #define ATOL 1e-6
+/* bf16 / f16 attention inside the layer: Q, K, V and O rounded to it (the kernels' own
+ * arithmetic float32) — extra relative tolerance against the float64 reference */
+#define DT_RTOL_FWD(dt) ((dt) == ATTN_BF16 ? 1e-2 : (dt) == ATTN_F16 ? 1.5e-3 : 0.0)
+#define DT_RTOL_BWD(dt) ((dt) == ATTN_BF16 ? 1e-2 : (dt) == ATTN_F16 ? 1.5e-3 : 0.0)
+/* ... and against the single-rank layer: projections blocked differently over the ranks
+ * can round an element of Q, K or V the other way (half a unit) */
+#define DT_RTOL_SOLO(dt) ((dt) == ATTN_BF16 ? 0x1p-9 : (dt) == ATTN_F16 ? 0x1p-12 : 0.0)
 #define RTOL_SOLO 1e-5 /* against the same layer run on one rank (fp32 both sides) */
 
 typedef struct {
@@ -167,13 +174,14 @@ static void compare(const env *E, const tl_prob *P, const tl_slice *s, const out
   int64_t n = P->c.B * s->rows * P->c.d, nw = P->c.d * s->cols, no = s->h.hq * P->Dv * P->c.d;
   char what[160];
   snprintf(what, sizeof what, "%s rank %d y", P->c.name, E->rank);
-  tu_compare(what, o->y, r.y, n, NULL, RTOL_FWD, ATOL);
+  const double fwd = RTOL_FWD + DT_RTOL_FWD(P->c.adt), bwd = RTOL_BWD + DT_RTOL_BWD(P->c.adt);
+  tu_compare(what, o->y, r.y, n, NULL, fwd, ATOL);
   snprintf(what, sizeof what, "%s rank %d dx", P->c.name, E->rank);
-  tu_compare(what, o->dx, r.dx, n, NULL, RTOL_BWD, ATOL);
+  tu_compare(what, o->dx, r.dx, n, NULL, bwd, ATOL);
   snprintf(what, sizeof what, "%s rank %d dw_qkv", P->c.name, E->rank);
-  tu_compare(what, o->dwqkv, r.dwqkv, nw, NULL, RTOL_BWD, ATOL);
+  tu_compare(what, o->dwqkv, r.dwqkv, nw, NULL, bwd, ATOL);
   snprintf(what, sizeof what, "%s rank %d dw_o", P->c.name, E->rank);
-  tu_compare(what, o->dwo, r.dwo, no, NULL, RTOL_BWD, ATOL);
+  tu_compare(what, o->dwo, r.dwo, no, NULL, bwd, ATOL);
   err[0] = rel_err(o->y, r.y, n);
   err[1] = fmax(fmax(rel_err(o->dx, r.dx, n), rel_err(o->dwqkv, r.dwqkv, nw)),
                 rel_err(o->dwo, r.dwo, no));
@@ -224,7 +232,7 @@ static double compare_solo(env *E, const tl_prob *P, const tl_slice *s, const ou
     char what[160];
     snprintf(what, sizeof what, "%s rank %d %s vs the single-rank layer", c->name, E->rank,
              names[k]);
-    tu_compare(what, got[k], want[k], len[k], NULL, RTOL_SOLO, ATOL);
+    tu_compare(what, got[k], want[k], len[k], NULL, RTOL_SOLO + DT_RTOL_SOLO(c->adt), ATOL);
     worst = fmax(worst, rel_err(got[k], want[k], len[k]));
   }
   refs_free(&r);
@@ -280,11 +288,18 @@ static int make_cases(int tp, tl_case *cs) {
   c.name = "rows_past_one_tile", c.Hq = 2 * tp, c.Hkv = tp, c.rope = 10000.0f, c.causal = 1;
   c.S = 301, c.seed = 17;
   cs[n++] = c;
+  c = base; /* the attention in bf16 / f16 (attention_dtype), GQA, RoPE */
+  c.name = "gqa_rope_bf16", c.Hq = 2 * tp, c.Hkv = tp, c.rope = 10000.0f, c.causal = 1;
+  c.adt = ATTN_BF16, c.S = 40, c.seed = 18;
+  cs[n++] = c;
+  c.name = "gqa_window_sinks_f16", c.adt = ATTN_F16, c.wl = 9, c.wr = 2, c.causal = 0;
+  c.sinks = 1, c.seed = 19;
+  cs[n++] = c;
   return n;
 }
 
 static void part_ref(env *E) {
-  tl_case cs[8];
+  tl_case cs[10];
   int n = make_cases(E->tp, cs);
   for (int i = 0; i < n; i++) {
     double t0 = MPI_Wtime(), err[3], worst[3];
@@ -298,6 +313,16 @@ static void part_ref(env *E) {
     run_layer(E, &P, &s, &o);
     compare(E, &P, &s, &o, err);
     err[2] = compare_solo(E, &P, &s, &o);
+    if (P.c.adt) { /* the dtype took effect: float32 attention gives other bits */
+      tl_prob Q = P;
+      Q.c.adt = 0;
+      outs f;
+      outs_alloc(&f, &Q, &s);
+      run_layer(E, &Q, &s, &f);
+      TU_CHECK(memcmp(o.y, f.y, (size_t)(P.c.B * s.rows * P.c.d) * 4) != 0,
+               "%s: y is the float32 layer's bit for bit: attention_dtype ignored", P.c.name);
+      outs_free(&f);
+    }
     MPI_Reduce(err, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (E->rank == 0)
       printf("  %-22s tp=%d cp=%d  vs float64: y %.1e grads %.1e; vs one rank %.1e (%.2f s)\n",
@@ -391,7 +416,7 @@ static void same_kv_grads(const env *E, const tl_prob *P, const tl_slice *s,
 }
 
 static void part_bitwise(env *E) {
-  tl_case cs[8];
+  tl_case cs[10];
   make_cases(E->tp, cs);
   for (int i = 0; i < 3; i += 2) { /* mha_rope_causal, mqa_rope_sinks */
     tl_prob P;
@@ -492,6 +517,8 @@ static void bad_uniform(env *E) {
   expect_fail(E, "rope_theta < 0", try_create(E, &c), ATTN_ERR_INVALID_ARG, "rope_theta");
   c = good_config(tp), c.layout = (attn_cp_layout)7;
   expect_fail(E, "layout = 7", try_create(E, &c), ATTN_ERR_INVALID_ARG, "layout");
+  c = good_config(tp), c.attention_dtype = 7;
+  expect_fail(E, "attention_dtype = 7", try_create(E, &c), ATTN_ERR_UNSUPPORTED, "attention_dtype");
   c = good_config(tp), c.spec.num_heads_kv = 0;
   expect_fail(E, "Hkv = 0", try_create(E, &c), ATTN_ERR_INVALID_ARG, "num_heads_kv");
   expect_fail(E, "cfg NULL", try_create(E, NULL), ATTN_ERR_INVALID_ARG, "cfg");

@@ -22,6 +22,7 @@ typedef struct {
   const int32_t *lens;
   attn_cp_layout layout;
   int integer;            /* small-integer x, W_k, W_v, W_o, dy and W_q = 0 (exact path) */
+  int adt;                /* attention_dtype ATTN_BF16 / ATTN_F16; 0: the layer's default */
   uint64_t seed;
 } tl_case;
 

@@ -87,6 +87,7 @@ attn_layer_config tl_config(const tl_prob *P) {
   cfg.spec = P->spec;
   cfg.rope_theta = P->c.rope;
   cfg.layout = P->c.layout;
+  if (P->c.adt) cfg.attention_dtype = P->c.adt;
   return cfg;
 }
 
