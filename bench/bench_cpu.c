@@ -34,7 +34,7 @@ typedef struct {
   double budget_s, mem_gib;
   int64_t seqs[MAX_LIST], dims[MAX_LIST], causals[MAX_LIST];
   int nseq, ndim, ncausal;
-  int64_t rss_seq;
+  int64_t rss_seq, dtype_seq;
   const char *json;
 } options;
 
@@ -80,6 +80,30 @@ static void fill_uniform(float *x, int64_t count, uint64_t seed, float amp) {
 
 static void poison(float *x, int64_t count) { memset(x, 0xff, (size_t)count * sizeof(float)); }
 
+/* bf16 / f16 bits of a finite float, nearest even, and back (the benchmark's own). */
+static uint16_t half_bits(float x, attn_dtype t) {
+  uint16_t b;
+  if (t == ATTN_F16) {
+    _Float16 h = (_Float16)x;
+    memcpy(&b, &h, 2);
+    return b;
+  }
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float half_value(uint16_t b, attn_dtype t) {
+  if (t == ATTN_F16) {
+    _Float16 h;
+    memcpy(&h, &b, 2);
+    return (float)h;
+  }
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 /* "4K", "1M" or the plain number; buf holds 24 chars. */
 static const char *fmt_size(int64_t n, char *buf) {
   if (n >= 1024 * 1024 && n % (1024 * 1024) == 0) snprintf(buf, 24, "%lldM", (long long)(n >> 20));
@@ -123,13 +147,15 @@ static void usage(FILE *f) {
           "  --budget S       seconds of timed reps per measurement (default 1.5)\n"
           "  --mem-gib G      memory for the unfused N×N scores (default 4)\n"
           "  --rss-seq N      peak-RSS forward at N (default 64K; 0: skip)\n"
+          "  --dtype-seq N    float32 / bf16 / f16 storage side by side at N (default 4K;\n"
+          "                   0: skip), over --dims and --causal\n"
           "  --quick          a smoke run: N = 1K (unless --seq), RSS at 16K\n"
           "  --json FILE      also append JSON lines to FILE\n");
 }
 
 static options parse_args(int argc, char **argv) {
   options o = {2, 8, 2, 3, 0, 1.5, 4.0, {1024, 4096, 16384}, {64, 128}, {0, 1},
-               3, 2, 2, 65536, NULL};
+               3, 2, 2, 65536, 4096, NULL};
   int seq_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -147,6 +173,7 @@ static options parse_args(int argc, char **argv) {
     else if (!strcmp(a, "--budget")) o.budget_s = atof(v);
     else if (!strcmp(a, "--mem-gib")) o.mem_gib = atof(v);
     else if (!strcmp(a, "--rss-seq")) o.rss_seq = parse_size(v);
+    else if (!strcmp(a, "--dtype-seq")) o.dtype_seq = parse_size(v);
     else if (!strcmp(a, "--json")) o.json = v;
     else used = -1;
     if (used < 0) {
@@ -159,6 +186,7 @@ static options parse_args(int argc, char **argv) {
   if (o.quick) {
     if (!seq_given) o.nseq = 1, o.seqs[0] = 1024;
     if (o.rss_seq > 16384) o.rss_seq = 16384;
+    if (o.dtype_seq > 1024) o.dtype_seq = 1024;
   }
   if (o.threads < 1 || o.heads < 1 || o.heads_large < 1 || o.min_reps < 1 ||
       o.min_reps > MAX_REPS || !o.nseq || !o.ndim || !o.ncausal) {
@@ -322,6 +350,8 @@ typedef struct {
   int impl, dir;
   float *s, *ds; /* unfused scratch, [n, n] each */
   attn_stats stats;
+  attn_dtype dtype; /* of q, k, v, dout, o; not F32: they are lp[] */
+  uint16_t *lp[5];  /* q, k, v, dout, o [1, n, h, d] in dtype (bf16 / f16 bits) */
 } attn_arg;
 
 typedef struct {
@@ -338,11 +368,12 @@ static void attn_run(void *arg) {
     else unfused_bwd(p, a->s, a->ds);
     return;
   }
-  attn_tensor q = attn_tensor_f32(p->q, 1, p->n, p->h, p->d);
-  attn_tensor k = attn_tensor_f32(p->k, 1, p->n, p->h, p->d);
-  attn_tensor v = attn_tensor_f32(p->v, 1, p->n, p->h, p->d);
-  attn_tensor o = attn_tensor_f32(p->o, 1, p->n, p->h, p->d);
-  attn_tensor g = attn_tensor_f32(p->dout, 1, p->n, p->h, p->d);
+  void *in[5] = {p->q, p->k, p->v, p->dout, p->o};
+  attn_tensor t[5]; /* q, k, v, dout, o */
+  for (int i = 0; i < 5; i++)
+    t[i] = attn_tensor_contig(a->dtype == ATTN_F32 ? in[i] : (void *)a->lp[i], a->dtype,
+                              ATTN_DEVICE_HOST, 1, p->n, p->h, p->d);
+  attn_tensor q = t[0], k = t[1], v = t[2], g = t[3], o = t[4];
   attn_tensor dq = attn_tensor_f32(p->dq, 1, p->n, p->h, p->d);
   attn_tensor dk = attn_tensor_f32(p->dk, 1, p->n, p->h, p->d);
   attn_tensor dv = attn_tensor_f32(p->dv, 1, p->n, p->h, p->d);
@@ -365,7 +396,10 @@ static result measure(attn_arg *a, double flops, double flops_computed, const op
   result r = {{0, 0, 0}, 0, 0, 0, 0};
   if (a->dir == DIR_FWD) poison(p->o, count), poison(p->lse, p->h * p->n);
   else poison(p->dq, count), poison(p->dk, count), poison(p->dv, count);
+  if (a->dtype != ATTN_F32 && a->dir == DIR_FWD) memset(a->lp[4], 0xff, (size_t)count * 2);
   attn_run(a);
+  if (a->dtype != ATTN_F32 && a->dir == DIR_FWD) /* O as float32 for the check */
+    for (int64_t i = 0; i < count; i++) p->o[i] = half_value(a->lp[4][i], a->dtype);
   r.err = a->dir == DIR_FWD ? bench_check_fwd(p) : bench_check_bwd(p, &r.with_k);
   r.t = time_runs(attn_run, a, o);
   if (a->impl == IMPL_OURS) flops_computed = a->stats.flops_computed;
@@ -435,7 +469,8 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   fill_uniform(p.k, count, 2, UNIT_AMP);
   fill_uniform(p.v, count, 3, UNIT_AMP);
   fill_uniform(p.dout, count, 4, UNIT_AMP);
-  attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}};
+  attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}, ATTN_F32,
+                {NULL}};
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
   a.spec.causal = causal;
@@ -465,6 +500,70 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   }
   fflush(stdout);
   free(a.s), free(a.ds);
+  free(p.q), free(p.k), free(p.v), free(p.dout), free(p.o), free(p.dq), free(p.dk), free(p.dv);
+  free(p.lse);
+}
+
+/* ---- storage dtypes: one problem in float32, bf16 and f16 -------------------------------- */
+/* Inputs rounded to bf16 first, so all three runs take the same values (bf16 values are
+ * f16 values too, but for the few below f16's normal range, |x| < 6e-5, which lose bits
+ * under 2^-25). err: O against the float64 oracle, within its rounding on output. */
+static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const options *o) {
+  static const double tol[3][2] = {{2e-5, 2e-4}, {2e-5 + 0x1p-8, 4e-2}, {2e-5 + 0x1p-11, 8e-3}};
+  int64_t h = o->heads, count = n * h * d;
+  bench_problem p = {n, h, d, causal, alloc_f32(count), alloc_f32(count), alloc_f32(count),
+                     alloc_f32(count), alloc_f32(count), alloc_f32(count), alloc_f32(count),
+                     alloc_f32(count), alloc_f32(h * n)};
+  attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}, ATTN_F32,
+                {NULL}};
+  for (int i = 0; i < 5; i++) a.lp[i] = malloc((size_t)count * 2);
+  if (!p.q || !p.k || !p.v || !p.dout || !p.o || !p.dq || !p.dk || !p.dv || !p.lse || !a.lp[0] ||
+      !a.lp[1] || !a.lp[2] || !a.lp[3] || !a.lp[4])
+    die("out of memory for the dtype runs");
+  float *in[4] = {p.q, p.k, p.v, p.dout};
+  for (int i = 0; i < 4; i++) {
+    fill_uniform(in[i], count, (uint64_t)i + 1, UNIT_AMP);
+    for (int64_t x = 0; x < count; x++) in[i][x] = half_value(half_bits(in[i][x], ATTN_BF16), ATTN_BF16);
+  }
+  a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
+  a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
+  a.spec.causal = causal;
+  const double flops[2] = {attn_flops_fwd(&a.spec, 1, n, n), 2.5 * attn_flops_fwd(&a.spec, 1, n, n)};
+  static const char *names[3] = {"f32", "bf16", "f16"};
+  result r[3][2];
+  for (int dt = ATTN_F32; dt <= ATTN_F16; dt++) {
+    a.dtype = (attn_dtype)dt;
+    for (int i = 0; i < 4 && dt != ATTN_F32; i++)
+      for (int64_t x = 0; x < count; x++) a.lp[i][x] = half_bits(in[i][x], a.dtype);
+    for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
+      a.dir = dir;
+      r[dt][dir] = measure(&a, flops[dir], 0, o);
+    }
+  }
+  char nb[24];
+  for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
+    printf("%5s %2lld %4lld %-3s %-3s|", fmt_size(n, nb), (long long)h, (long long)d,
+           causal ? "yes" : "no", dir == DIR_FWD ? "fwd" : "bwd");
+    for (int dt = ATTN_F32; dt <= ATTN_F16; dt++) {
+      const result *x = &r[dt][dir];
+      int bad = !(x->err <= tol[dt][dir]);
+      g_failed |= bad;
+      printf(" %9.2f %8.1f %6.2f %8.1e%s|", x->t.med * 1e3, x->gflops,
+             r[ATTN_F32][dir].t.med / x->t.med, x->err, bad ? "!" : " ");
+      if (g_json)
+        fprintf(g_json,
+                "{\"kind\":\"dtype\",\"dtype\":\"%s\",\"dir\":\"%s\",\"seq\":%lld,"
+                "\"heads\":%lld,\"head_dim\":%lld,\"causal\":%d,\"threads\":%d,"
+                "\"reps\":%d,\"time_med_s\":%.6g,\"gflops\":%.2f,\"speed_vs_f32\":%.4f,"
+                "\"max_rel_err\":%.3g,\"git\":\"%s\"}\n",
+                names[dt], dir == DIR_FWD ? "fwd" : "bwd", (long long)n, (long long)h,
+                (long long)d, causal, o->threads, x->t.reps, x->t.med, x->gflops,
+                r[ATTN_F32][dir].t.med / x->t.med, x->err, BENCH_GIT_SHA);
+    }
+    printf("\n");
+  }
+  fflush(stdout);
+  for (int i = 0; i < 5; i++) free(a.lp[i]);
   free(p.q), free(p.k), free(p.v), free(p.dout), free(p.o), free(p.dq), free(p.dk), free(p.dv);
   free(p.lse);
 }
@@ -505,7 +604,8 @@ static int rss_child_main(char **argv) {
   fill_uniform(p.q, count, 1, UNIT_AMP);
   fill_uniform(p.k, count, 2, UNIT_AMP);
   fill_uniform(p.v, count, 3, UNIT_AMP);
-  attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}};
+  attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}, ATTN_F32,
+                {NULL}};
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
   a.spec.causal = causal;
@@ -618,6 +718,17 @@ int main(int argc, char **argv) {
     for (int j = 0; j < o.ndim; j++)
       for (int c = 0; c < o.ncausal; c++)
         bench_config(ctx, o.seqs[i], o.dims[j], (int)o.causals[c], &o, &misses);
+  if (o.dtype_seq > 0) {
+    printf("\nStorage dtypes, attnrun, B=1, Hq=Hkv=H: the same inputs (rounded to bf16) as float32, "
+           "bf16 and f16 tensors, in one run;\n  per dtype: median ms, GFLOP/s, speed over "
+           "float32 (its time / this one), err (fwd O; bwd dQ, dK, dV, float32 outputs).\n");
+    printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|\n", "N",
+           "H", "d", "cau", "dir", "f32 ms", "GFLOP/s", "x f32", "err", "bf16 ms", "GFLOP/s",
+           "x f32", "err", "f16 ms", "GFLOP/s", "x f32", "err");
+    for (int j = 0; j < o.ndim; j++)
+      for (int c = 0; c < o.ncausal; c++)
+        bench_dtypes(ctx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
+  }
   attn_ctx_destroy(ctx);
   /* The machine may be shared: a second reference measurement shows drift. */
   printf("\nSGEMM again after the attention runs (drift check):\n");
