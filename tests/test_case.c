@@ -348,6 +348,23 @@ attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n) {
   return r;
 }
 
+tc_case tc_flags_case(tc_case c, int m, const int32_t *lq, const int32_t *lkv) {
+  c.name = "flags";
+  c.bhsd = (m >> 1) & 1;
+  c.causal = m & 1;
+  if (m & 2) {
+    c.window = 1;
+    c.wl = (m & 64) ? 20 : 75;
+    c.wr = (m & 1) ? -1 : 33;
+  }
+  if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
+  c.sinks = (m >> 3) & 1;
+  c.alibi = (m >> 4) & 1;
+  if (m & 32) c.nseq = 3, c.lq = lq, c.lkv = lkv;
+  if (m & 64) c.bq = 32, c.bk = 48;
+  return c;
+}
+
 int tc_run(attn_ctx_t ctx, const tc_case *c) {
   tc_prob P;
   tc_out out;

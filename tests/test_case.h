@@ -89,6 +89,12 @@ void tc_out_free(tc_out *out);
 void tc_free(tc_prob *P);
 void tc_describe(const tc_case *c, char *buf, size_t n);
 
+/* A flag-sweep case: shape's sizes, heads, dims (and bwd, dtype) kept, and flag mask m
+ * (0-127) switching on: bit 0 causal, 1 a window (left 75, or 20 with bit 6; right 33,
+ * none when causal) and BHSD views, 2 softcap 1.5 (amp 2), 3 sinks, 4 ALiBi, 5 varlen (3
+ * sequences, lengths lq / lkv), 6 a 32x48 block mask. */
+tc_case tc_flags_case(tc_case shape, int m, const int32_t *lq, const int32_t *lkv);
+
 /* One case start to end: init, library, oracle, compare. Returns 1 on pass. */
 int tc_run(attn_ctx_t ctx, const tc_case *c);
 

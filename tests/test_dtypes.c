@@ -80,26 +80,14 @@ static void run(tc_case c) {
 }
 
 /* All 128 combinations of causal, window, softcap, sinks, alibi, varlen and block mask
- * (the bits as in test_sweep.c), bf16 or f16 by the parity of the bits set, so each flag
- * meets both dtypes on and off. */
+ * (tc_flags_case), bf16 or f16 by the parity of the bits set, so each flag meets both
+ * dtypes on and off. */
 static void sweep_flags(int64_t B, int64_t Sq, int64_t Skv, int Hq, int Hkv, int Dqk, int Dv,
                         const int32_t *lq, const int32_t *lkv) {
   for (int m = 0; m < 128; m++) {
-    tc_case c = {.name = "flags", .B = B, .Sq = Sq, .Skv = Skv, .Hq = Hq, .Hkv = Hkv,
-                 .Dqk = Dqk, .Dv = Dv, .bwd = 1, .bhsd = (m >> 1) & 1,
-                 .dtype = __builtin_popcount((unsigned)m) & 1 ? ATTN_F16 : ATTN_BF16};
-    c.causal = m & 1;
-    if (m & 2) {
-      c.window = 1;
-      c.wl = (m & 64) ? 20 : 75;
-      c.wr = (m & 1) ? -1 : 33;
-    }
-    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
-    c.sinks = (m >> 3) & 1;
-    c.alibi = (m >> 4) & 1;
-    if (m & 32) c.nseq = 3, c.lq = lq, c.lkv = lkv;
-    if (m & 64) c.bq = 32, c.bk = 48;
-    run(c);
+    tc_case shape = {.B = B, .Sq = Sq, .Skv = Skv, .Hq = Hq, .Hkv = Hkv, .Dqk = Dqk, .Dv = Dv,
+                     .bwd = 1, .dtype = __builtin_popcount((unsigned)m) & 1 ? ATTN_F16 : ATTN_BF16};
+    run(tc_flags_case(shape, m, lq, lkv));
   }
 }
 

@@ -78,22 +78,9 @@ typedef struct {
 } flag_shape;
 
 static void sweep_flags_on(const flag_shape *fs) {
-  for (int m = 0; m < 128; m++) {
-    tc_case c = {.name = "flags", .B = fs->B, .Sq = fs->Sq, .Skv = fs->Skv, .Hq = fs->Hq,
-                 .Hkv = fs->Hkv, .Dqk = fs->Dqk, .Dv = fs->Dv, .bwd = 1, .bhsd = (m >> 1) & 1};
-    c.causal = m & 1;
-    if (m & 2) {
-      c.window = 1;
-      c.wl = (m & 64) ? 20 : 75;
-      c.wr = (m & 1) ? -1 : 33;
-    }
-    if (m & 4) c.softcap = 1.5f, c.amp = 2.0;
-    c.sinks = (m >> 3) & 1;
-    c.alibi = (m >> 4) & 1;
-    if (m & 32) c.nseq = 3, c.lq = fs->lq, c.lkv = fs->lkv;
-    if (m & 64) c.bq = 32, c.bk = 48;
-    run(c);
-  }
+  const tc_case shape = {.B = fs->B, .Sq = fs->Sq, .Skv = fs->Skv, .Hq = fs->Hq, .Hkv = fs->Hkv,
+                         .Dqk = fs->Dqk, .Dv = fs->Dv, .bwd = 1};
+  for (int m = 0; m < 128; m++) run(tc_flags_case(shape, m, fs->lq, fs->lkv));
 }
 
 static void sweep_flags(void) {
