@@ -3,9 +3,11 @@
 shapes bench_cuda times, and the side-by-side table of both.
 
   sdpa_bench.py run [--json FILE] [--n 1024,...] [--hd 128,64] [--reps 10] [--warmup 3]
+                    [--backends flash,cudnn] [--device cuda]
       times torch.nn.functional.scaled_dot_product_attention forward and backward under
       torch.nn.attention.sdpa_kernel(FLASH_ATTENTION) and (CUDNN_ATTENTION); appends JSON
       lines with the same keys as bench_cuda ("impl": "torch-flash" / "torch-cudnn").
+      --device cpu --backends math: the same code on the host (a test of this script).
   sdpa_bench.py compare FILE [--md OUT]
       reads the JSON lines of both and prints, per (pass, hd, N, causal), the TFLOP/s of
       attnrun and of each torch backend and the ratio attnrun / best torch backend.
@@ -33,16 +35,23 @@ def flops(b, h, n, d, causal, bwd):
     return f * (2.5 if bwd else 1.0)
 
 
-def time_ms(torch, fn, warmup, reps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def time_ms(torch, fn, warmup, reps, cuda=True):
+    import time
+    start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (None, None)
     times = []
     for i in range(warmup + reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
+        if cuda:
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1e3
         if i >= warmup:
-            times.append(start.elapsed_time(end))
+            times.append(ms)
     times.sort()
     mid = len(times) // 2
     med = times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
@@ -54,24 +63,27 @@ def run(args):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         print("sdpa_bench: no CUDA device")
         return 77
-    dev = torch.cuda.get_device_name(0)
+    dev = torch.cuda.get_device_name(0) if cuda else "cpu"
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    backends = [("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)]
+    known = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+             "math": SDPBackend.MATH}
+    backends = [("torch-" + b, known[b]) for b in args.backends.split(",")]
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = open(args.json, "a") if args.json else None
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda}) SDPA on {dev}, {args.dtype}, "
           f"{args.tokens} tokens x d_model {args.model_dim}")
     print(f"{'impl':<12} {'pass':<4} {'hd':>4} {'N':>6} {'B':>3} {'H':>3} {'causal':<6} "
           f"{'median ms':>10} {'TFLOP/s':>8}")
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=args.device).manual_seed(0)
     for d in parse_list(args.hd):
         for n in parse_list(args.n):
             h, b = args.model_dim // d, max(args.tokens // n, 1)
             shape = (b, h, n, d)
-            q, k, v, do = (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float32)
+            q, k, v, do = (torch.rand(shape, generator=gen, device=args.device, dtype=torch.float32)
                            .mul_(2).sub_(1).to(dtype) for _ in range(4))
             for causal in (0, 1):
                 for name, backend in backends:
@@ -87,7 +99,7 @@ def run(args):
                                 else:
                                     o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=bool(causal))
                                     fn = lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)
-                                med, mn = time_ms(torch, fn, args.warmup, args.reps)
+                                med, mn = time_ms(torch, fn, args.warmup, args.reps, cuda)
                             tf = flops(b, h, n, d, causal, bwd) / (med * 1e-3) / 1e12
                             rec.update(ms_median=med, ms_min=mn, tflops=round(tf, 2))
                             print(f"{name:<12} {rec['pass']:<4} {d:>4} {n:>6} {b:>3} {h:>3} "
@@ -99,7 +111,8 @@ def run(args):
                             out.write(json.dumps(rec) + "\n")
                             out.flush()
             del q, k, v, do
-            torch.cuda.empty_cache()
+            if cuda:
+                torch.cuda.empty_cache()
     return 0
 
 
@@ -188,6 +201,10 @@ def main():
     r.add_argument("--model-dim", type=int, default=2048)
     r.add_argument("--reps", type=int, default=10)
     r.add_argument("--warmup", type=int, default=3)
+    r.add_argument("--backends", default="flash,cudnn",
+                   type=lambda x: x if set(x.split(",")) <= {"flash", "cudnn", "math"} else
+                   p.error(f"--backends {x!r}: a list of flash, cudnn, math"))
+    r.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     c = sub.add_parser("compare")
     c.add_argument("file")
     c.add_argument("--md")

@@ -1,0 +1,129 @@
+"""test_sdpa_bench.py — bench/gpu/sdpa_bench.py, the GPU benchmark's torch side, before a
+GPU session depends on it: `compare` on synthetic records (ratios to the best torch
+backend, deterministic and TMA-dQ rows against their own atomic-dQ rows, error rows),
+and, where torch is importable, `run` on the host (--device cpu, the math and CPU flash
+backends: the same code path as on a GPU but for the timer) feeding `compare`.
+
+    python3 tests/python/test_sdpa_bench.py
+Exit 0: passed; 1: failed."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "gpu",
+                      "sdpa_bench.py")
+FAILS = []
+
+
+def check(what, ok):
+    print(f"  {'ok ' if ok else 'BAD'} {what}")
+    if not ok:
+        FAILS.append(what)
+
+
+def sdpa(*args):
+    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+    return p
+
+
+def rec(impl, pas, hd, n, causal, tflops=None, **extra):
+    r = {"impl": impl, "pass": pas, "hd": hd, "N": n, "causal": causal, "device": "Test GPU"}
+    if tflops is not None:
+        r["tflops"] = tflops
+    r.update(extra)
+    return r
+
+
+def table(md):
+    """{(label, hd, N, causal): [cells]} of compare's markdown table."""
+    rows = {}
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 11 and cells[0] not in ("pass", "---"):
+            rows[(cells[0], cells[1], cells[2], cells[3])] = cells[4:]
+    return rows
+
+
+def compare_synthetic(tmp):
+    print("compare on synthetic records")
+    recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok"),
+            rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
+            rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
+            rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
+            rec("attnrun", "bwd", 64, 4096, 1, 150.0, check="ok"),
+            rec("attnrun-sm90", "bwd", 64, 4096, 1, 240.0, check="ok"),
+            rec("torch-flash", "bwd", 64, 4096, 1, 300.0),
+            rec("torch-cudnn", "bwd", 64, 4096, 1, error="no kernel for this shape"),
+            rec("attnrun", "bwd", 64, 4096, 1, 120.0, deterministic=True, check="ok"),
+            rec("attnrun-sm90", "bwd", 64, 4096, 1, 180.0, deterministic=True, check="ok"),
+            rec("attnrun-sm90-dqtma", "bwd", 64, 4096, 1, 264.0, check="ok"),
+            rec("attnrun", "fwd", 192, 2048, 1, 100.0, hd_v=128, check="ok")]
+    path, md = os.path.join(tmp, "syn.jsonl"), os.path.join(tmp, "syn.md")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    p = sdpa("compare", path, "--md", md)
+    check("compare exits 0", p.returncode == 0)
+    if p.returncode:
+        return
+    t = table(open(md).read())
+    fwd = t.get(("fwd", "128", "8192", "no"))
+    check("fwd row: attnrun / best torch = 400/600, sm90 660/600",
+          fwd is not None and fwd[4] == "0.67" and fwd[5] == "1.10" and fwd[0] == "400.0")
+    bwd = t.get(("bwd", "64", "4096", "yes"))
+    check("bwd row: cuDNN error shown, ratio to flash 150/300",
+          bwd is not None and bwd[3] == "error" and bwd[4] == "0.50" and bwd[5] == "0.80")
+    det = t.get(("bwd deterministic", "64", "4096", "yes"))
+    det90 = t.get(("bwd deterministic (sm90)", "64", "4096", "yes"))
+    check("deterministic rows against their own atomic rows (120/150, 180/240)",
+          det is not None and "0.80 of atomic dQ" in det[4] and
+          det90 is not None and "0.75 of atomic dQ" in det90[4])
+    tma = t.get(("bwd sm90 dQ by TMA", "64", "4096", "yes"))
+    check("TMA dQ row against sm90 atomics (264/240)", tma is not None and "1.10 of atomic dQ" in tma[5])
+    check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
+    check("the device is named", "Test GPU" in p.stdout)
+
+
+def run_on_host(tmp):
+    try:
+        import torch  # noqa: F401
+    except Exception as e:
+        print(f"run on the host: import torch failed ({e}), skipped")
+        return
+    print("run on the host (torch math and CPU flash backends)")
+    path = os.path.join(tmp, "run.jsonl")
+    p = sdpa("run", "--device", "cpu", "--backends", "math,flash", "--n", "128,256", "--hd", "32",
+             "--tokens", "256", "--model-dim", "64", "--reps", "1", "--warmup", "0", "--json", path)
+    check("run exits 0", p.returncode == 0)
+    if p.returncode:
+        return
+    recs = [json.loads(x) for x in open(path)]
+    # 2 N x 2 causal x 2 backends x fwd/bwd
+    check(f"16 records (got {len(recs)})", len(recs) == 16)
+    check("every record timed", all("tflops" in r and r["ms_median"] > 0 for r in recs))
+    check("B = tokens / N, H = d_model / hd",
+          all(r["B"] == 256 // r["N"] and r["H"] == 2 for r in recs))
+    with open(path, "a") as f:  # an attnrun row next to them
+        f.write(json.dumps(rec("attnrun", "fwd", 32, 256, 1, 1.0)) + "\n")
+    p = sdpa("compare", path)
+    check("compare of the run exits 0", p.returncode == 0)
+    ratio = [l for l in p.stdout.splitlines() if l.startswith("| fwd | 32 | 256 | yes |")]
+    check("the attnrun row has a ratio", len(ratio) == 1 and ratio[0].split("|")[9].strip() != "-")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        compare_synthetic(tmp)
+        run_on_host(tmp)
+    if FAILS:
+        print(f"test_sdpa_bench: {len(FAILS)} failed: {FAILS}")
+        return 1
+    print("test_sdpa_bench: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
