@@ -359,10 +359,8 @@ static void check_far(int64_t L, int use_alibi) {
   free(rdq);
 }
 
-int main(void) {
+static void run_cases(uint64_t seed) {
   static const int32_t lq[] = {70, 0, 90, 31}, lkv[] = {100, 20, 64, 130};
-  ctx = tc_ctx(0, 2);
-  uint64_t seed = 100;
   run((tc_case){.name = "plain", .B = 1, .Sq = 130, .Skv = 200, .Hq = 2, .Hkv = 1, .Dqk = 32}, seed++);
   run((tc_case){.name = "all flags", .B = 2, .Sq = 150, .Skv = 333, .Hq = 4, .Hkv = 2, .Dqk = 48,
                 .Dv = 40, .causal = 1, .window = 1, .wl = 120, .wr = -1, .softcap = 2.0f,
@@ -380,6 +378,21 @@ int main(void) {
   run((tc_case){.name = "decode", .B = 2, .Sq = 1, .Skv = 700, .Hq = 4, .Hkv = 1, .Dqk = 128,
                 .sinks = 1},
       seed++);
+  run((tc_case){.name = "decode GQA alibi", .B = 1, .Sq = 3, .Skv = 900, .Hq = 6, .Hkv = 2,
+                .Dqk = 64, .causal = 1, .alibi = 1, .softcap = 3.0f, .bhsd = 1},
+      seed++);
+}
+
+int main(void) {
+  /* 2 threads, then 7: with 7 the short cases have fewer work items than threads, and the
+   * forward splits their keys over the threads inside each block call. */
+  ctx = tc_ctx(0, 2);
+  run_cases(100);
+  attn_ctx_destroy(ctx);
+  ctx = tc_ctx(0, 7);
+  run_cases(200);
+  attn_ctx_destroy(ctx);
+  ctx = tc_ctx(0, 2);
   check_far(1000, 1);
   check_far(((int64_t)1 << 20) + 777, 1); /* 1M tokens: the design's long context */
   check_far(((int64_t)1 << 25) + 3, 0);

@@ -22,8 +22,7 @@ typedef struct {
   const qtile *tiles;
   int64_t ntiles;
   const int64_t *seg_tile0; /* [nseg + 1] first tile of each segment */
-  const uint8_t *kbad;      /* [B][Hkv][nkt] */
-  int64_t nkt;
+  const cpu_tile_flags *kbad; /* which K tiles hold NaN or Inf */
   int nsplit;
   attn__view dout, dk, dv;
   attn__view *dq; /* [nsplit] */
@@ -103,12 +102,13 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, rows = qt->rows;
   float *T = pb->softcap > 0.0f ? w->t : NULL;
 
-  ops->gemm(w->s, CPU_BR, k, 1, kr->ldk, w->qt + t * Dqk * CPU_BR, CPU_BR, nj, CPU_BR, Dqk,
-            NULL, CPU_GEMM_SET, 0);
+  const int lanes = w->ti.lanes; /* S^T, dP^T: only the lanes of the tile's rows */
+  ops->gemm(w->s, CPU_BR, k, 1, kr->ldk, w->qt + t * Dqk * CPU_BR, CPU_BR, nj, lanes, Dqk, NULL,
+            CPU_GEMM_SET, 0);
   ops->probs_bwd(w->s, nj, &w->ti, w->lse2 + t * CPU_BR, T);
-  ops->gemm(w->dp, CPU_BR, v, 1, kr->ldv, w->dot + t * Dv * CPU_BR, CPU_BR, nj, CPU_BR, Dv,
-            NULL, CPU_GEMM_SET, 0);
-  ops->dscores(w->dp, w->s, T, nj, w->dl + t * CPU_BR, pb->scale);
+  ops->gemm(w->dp, CPU_BR, v, 1, kr->ldv, w->dot + t * Dv * CPU_BR, CPU_BR, nj, lanes, Dv, NULL,
+            CPU_GEMM_SET, 0);
+  ops->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale);
   /* dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i] */
   ops->gemm(dv, jb->dv.ss, w->s, 1, CPU_BR, dO, ldo, nj, Dv, rows, NULL, CPU_GEMM_ADD, 0);
   ops->gemm(dk, jb->dk.ss, w->dp, 1, CPU_BR, q, lq, nj, Dqk, rows, NULL, CPU_GEMM_ADD, 0);
@@ -129,7 +129,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         if (kt % jb->nsplit != split) continue;
         int64_t ca = kt * CPU_BC > seg->c0 ? kt * CPU_BC : seg->c0;
         int64_t cb = (kt + 1) * CPU_BC < seg->c1 ? (kt + 1) * CPU_BC : seg->c1;
-        int safe = jb->kbad[(b * pb->Hkv + hk) * jb->nkt + kt];
+        int safe = attn__cpu_tile_nonfinite(jb->kbad, jb->ops, b, hk, kt);
         key_rows kr;
         kr.k = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, b, ca, hk, (int)(cb - ca),
                                   (int)pb->Dqk, w->kc, &kr.ldk);
@@ -139,7 +139,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
           const qtile *qt = &jb->tiles[t];
           int64_t a = ca > qt->kc0 ? ca : qt->kc0, e = cb < qt->kc1 ? cb : qt->kc1;
           if (a >= e ||
-              !attn__cpu_tile_info(pb, seg, h, qt->r0, qt->rows, ca, cb, &w->ti, w->elem)) {
+              !attn__cpu_tile_info(pb, seg, h, 1, qt->r0, qt->rows, ca, cb, &w->ti, w->elem)) {
             skipped++;
             continue;
           }
@@ -259,12 +259,11 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
                                 attn__view dq, attn__view dk, attn__view dv) {
   cpu_backend *be = ctx->backend_data;
   bwd_job jb = {.pb = pb, .ops = be->ops, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
-                .delta = delta, .lse_rows = lse_rows, .ctx = ctx,
-                .nkt = (pb->skv + CPU_BC - 1) / CPU_BC};
+                .delta = delta, .lse_rows = lse_rows, .ctx = ctx};
   cpu_segment *segs = NULL;
   qtile *tiles = NULL;
   int64_t *seg_tile0 = NULL;
-  uint8_t *kbad = NULL;
+  cpu_tile_flags kbad = {0};
   float *partial = NULL;
   attn__view dqs[64];
   attn_status st;
@@ -273,12 +272,9 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK_GOTO(make_tiles(pb, segs, jb.nseg, &tiles, &jb.ntiles, &seg_tile0), st, done);
   jb.tiles = tiles;
   jb.seg_tile0 = seg_tile0;
-  kbad = attn__cpu_nonfinite_tiles(pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk);
-  if (!kbad) {
-    st = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags allocation failed");
-    goto done;
-  }
-  jb.kbad = kbad;
+  ATTN_CHECK_GOTO(attn__cpu_flags_init(&kbad, pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk),
+                  st, done);
+  jb.kbad = &kbad;
   jb.nsplit = choose_splits(pb, be->threads > 64 ? 64 : be->threads);
   dqs[0] = dq;
   if (jb.nsplit > 1) {
@@ -298,7 +294,7 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   if (st == ATTN_OK && jb.nsplit > 1) reduce_dq(&jb, dq);
 done:
   free(partial);
-  free(kbad);
+  attn__cpu_flags_free(&kbad);
   free(seg_tile0);
   free(tiles);
   free(segs);

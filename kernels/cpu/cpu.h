@@ -12,15 +12,24 @@
 #define CPU_BR 128 /* query rows per tile (lanes) */
 #define CPU_BC 128 /* keys per tile */
 #define CPU_LOG2E 1.4426950408889634f
+/* A tile with at most this many lanes in use (decode: a few rows of a few heads) takes the
+ * row kernels: the tile kernels compute 16 lanes at least and broadcast each K and V
+ * element, the row kernels stream K and V rows once for all the lanes. */
+#define CPU_ROWS_MAX 8
 
-/* Masks and transforms of one (query tile, key tile) pair, in log2 units. */
+/* Masks and transforms of one (query tile, key tile) pair, in log2 units. A tile's lanes
+ * hold nh query heads of one GQA group over the same rows: lane L is row L % rows of head
+ * h + L / rows (nh = 1 except for short query tiles, see attn__cpu_pack_heads). */
 typedef struct {
   int partial;          /* 0: every (i, j) with i < rows is visible; 1: apply lo/hi/elem */
+  int lanes;            /* lanes in use (nh * rows) rounded up to 16: lanes past it are
+                         * neither computed nor read */
   int32_t lo[CPU_BR];   /* per lane: first visible key, tile-relative */
   int32_t hi[CPU_BR];   /* per lane: last visible key, tile-relative (lo > hi: none) */
   const uint8_t *elem;  /* [nj][CPU_BR] 1 = visible (block mask), or NULL */
   float softcap2;       /* cap*log2e; 0: off (then scores arrive already in log2 units) */
-  float alibi2;         /* slope*log2e; 0: off (a zero slope adds nothing anyway) */
+  int alibi;            /* 1: subtract alibi2[L] * |ipos[L] - j| */
+  float alibi2[CPU_BR]; /* per lane: slope*log2e of the lane's head */
   float ipos[CPU_BR];   /* per lane: query position + off - the tile's first key position,
                          * so the ALiBi distance |ipos - j| stays exact at any length */
 } cpu_tile_info;
@@ -40,9 +49,10 @@ typedef struct {
                       float *alpha);
   /* Backward: S^T → P^T = 2^(x - lse2) in place; T [nj][CPU_BR] gets tanh (softcap only). */
   void (*probs_bwd)(float *S, int nj, const cpu_tile_info *ti, const float *lse2, float *T);
-  /* Backward: dP^T → dS^T in place: factor * P*(dP - delta) * (1 - T^2 if T); 0 where P = 0. */
-  void (*dscores)(float *dP, const float *P, const float *T, int nj, const float *delta,
-                  float factor);
+  /* Backward: dP^T → dS^T in place: factor * P*(dP - delta) * (1 - T^2 if T); 0 where P = 0.
+   * Lanes [0, lanes) of each row (lanes a multiple of 16). */
+  void (*dscores)(float *dP, const float *P, const float *T, int nj, int lanes,
+                  const float *delta, float factor);
   /* Rows to lanes: dst [D][CPU_BR] with dst[d][i] = src[i*ss + d] * scale for i < rows,
    * and 0 in lanes rows..CPU_BR-1. */
   void (*pack_t)(float *dst, const float *src, int64_t ss, int rows, int D, float scale);
@@ -56,6 +66,21 @@ typedef struct {
   /* float32 rows to bf16/f16, nearest even: dst[r*ds + d] = src[r*ld + d]. */
   void (*rows_out)(void *dst, int64_t ds, attn_dtype t, const float *src, int64_t ld, int rows,
                    int D);
+  /* 1 when rows [rows][D] of dtype t (row stride ss elements) hold a NaN or an Inf. */
+  int (*nonfinite)(const void *src, int64_t ss, attn_dtype t, int rows, int D);
+  /* Row kernels, for tiles of at most CPU_ROWS_MAX lanes (decode): the lanes are rows and
+   * the keys are the vector lanes. S [u][CPU_BC]: S[L][j] = sum_d K[j*ldk + d] Q[L*ldq + d]
+   * for L < u, j < nj. */
+  void (*scores_rows)(float *S, const float *K, int64_t ldk, int nj, const float *Q, int64_t ldq,
+                      int u, int D);
+  /* S [u][CPU_BC] (raw scaled scores) → P in place, as softmax_fwd does for lanes. */
+  void (*softmax_rows)(float *S, int nj, int u, const cpu_tile_info *ti, float *m, float *l,
+                       float *alpha);
+  /* O [u][ldo]: O[L] = alpha[L] O[L] + sum_j P[L*CPU_BC + j] V[j*ldv ..], d < D; a zero
+   * probability adds nothing even where V holds NaN or Inf (the kernel looks itself: no
+   * tile flags). */
+  void (*pv_rows)(float *O, int64_t ldo, const float *V, int64_t ldv, int nj, const float *P,
+                  int u, int D, const float *alpha);
 } cpu_tile_ops;
 
 extern const cpu_tile_ops attn__cpu_ops_scalar;
@@ -81,9 +106,15 @@ typedef struct {
 /* Segments of pb (caller frees *out). */
 attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *count);
 
-/* Fills ti for local rows [r0, r0+rows) x local keys [c0, c1) of seg for head h; returns
- * 0 when no pair is visible (skip the tile). elem_buf [CPU_BC*CPU_BR] backs ti->elem. */
-int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h,
+/* Query heads of one GQA group that share a tile's lanes when it has `rows` rows: all of
+ * them that fit in CPU_BR lanes (1 for full tiles). Decode and short varlen sequences
+ * then load each K/V tile once for the group instead of once a head. */
+int attn__cpu_pack_heads(const attn__problem *pb, int rows);
+
+/* Fills ti for local rows [r0, r0+rows) x local keys [c0, c1) of seg for heads
+ * h..h+nh-1 (nh * rows <= CPU_BR); returns 0 when no pair is visible (skip the tile).
+ * elem_buf [CPU_BC*CPU_BR] backs ti->elem. */
+int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h, int nh,
                         int64_t r0, int rows, int64_t c0, int64_t c1, cpu_tile_info *ti,
                         uint8_t *elem_buf);
 
@@ -91,11 +122,23 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
 void attn__cpu_key_range(const attn__problem *pb, const cpu_segment *seg, int64_t r0, int rows,
                          int64_t *c0, int64_t *c1);
 
-/* Flags [B][H][ceil(S/CPU_BC)]: 1 where a key tile of x (dtype t) holds NaN or Inf (those
- * tiles take the safe GEMM so masked non-finite values cannot leak). NULL on allocation
- * failure. */
-uint8_t *attn__cpu_nonfinite_tiles(attn__view x, attn_dtype t, int64_t B, int64_t S, int64_t H,
-                                   int64_t D);
+/* Which key tiles of x [B, S, H, D] (dtype t) hold a NaN or an Inf: those tiles take the
+ * safe GEMM, so that masked non-finite values cannot leak. Looked at lazily, when a kernel
+ * first needs a tile (decode reads K/V once; a pass over all of it up front cost as much
+ * as the attention), by whichever thread gets there: the answer is the same for all. */
+typedef struct {
+  attn__view x;
+  attn_dtype t;
+  int64_t S, H, D, nt;
+  uint8_t *flag; /* [B][H][nt]: 0 not looked at yet, 1 finite, 2 holds NaN or Inf */
+} cpu_tile_flags;
+
+attn_status attn__cpu_flags_init(cpu_tile_flags *f, attn__view x, attn_dtype t, int64_t B,
+                                 int64_t S, int64_t H, int64_t D);
+void attn__cpu_flags_free(cpu_tile_flags *f);
+/* 1 when key tile `tile` (rows tile*CPU_BC ..) of batch b, head h holds a NaN or an Inf. */
+int attn__cpu_tile_nonfinite(const cpu_tile_flags *f, const cpu_tile_ops *ops, int64_t b,
+                             int64_t h, int64_t tile);
 
 /* Rows [s0, s0+rows) of head h of batch b of x (dtype t, D wide) as float32: x itself when
  * t is float32 (*ld = its row stride), else converted into buf [rows][D] (*ld = D). */

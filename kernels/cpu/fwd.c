@@ -1,6 +1,8 @@
 /* fwd.c — CPU flash forward: one query tile at a time against the visible key tiles,
  * carrying a float32 (m, l, acc) state; one-shot (state in registers/L1, written as O and
- * LSE) or block mode (state loaded from and stored to an attn_state). */
+ * LSE) or block mode (state loaded from and stored to an attn_state). A short query tile
+ * carries several query heads of its GQA group in its lanes (decode: one K/V pass a
+ * group). */
 #include "convert.h"
 #include "cpu.h"
 
@@ -8,16 +10,18 @@
 #include <string.h>
 
 typedef struct {
-  int32_t b, h, seg;
-  int32_t rows;
+  int32_t b, h, nh, seg; /* heads h..h+nh-1 (one GQA group) */
+  int32_t rows;          /* rows of each head; lane L: row L % rows of head h + L / rows */
   int64_t r0;
 } fwd_item;
 
 typedef struct {
   float *qt;    /* [Dqk][CPU_BR] scaled Q^T */
-  float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T */
+  float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T; the row kernels' S [CPU_ROWS_MAX][CPU_BC],
+                 * Q rows [CPU_ROWS_MAX][Dqk] and O rows [CPU_ROWS_MAX][Dv] instead */
   float *ot;    /* [Dv][CPU_BR] unnormalised O^T */
-  float *cv;    /* [CPU_BC][max(Dqk, Dv)] bf16/f16 rows as float32: Q, a K or V tile, O */
+  float *cv;    /* [CPU_BC][max(Dqk, Dv)] rows as float32: the lanes' Q, acc or O rows
+                 * ([nh*rows][D]), or a bf16/f16 K or V tile */
   float m[CPU_BR], l[CPU_BR], alpha[CPU_BR]; /* log2 units */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
@@ -27,51 +31,112 @@ typedef struct {
   const attn__problem *pb;
   const cpu_tile_ops *ops;
   const cpu_segment *segs;
-  const uint8_t *vbad; /* [B][Hkv][nkt] */
-  int64_t nkt;
+  const cpu_tile_flags *vbad; /* which V tiles hold NaN or Inf */
   attn_ctx_t ctx;
 } fwd_job;
+
+/* Rows to lanes: the lanes' rows of x (dtype t, D wide) as float32 [nh*rows][*ld]: x
+ * itself for one float32 head, else gathered (and converted) into buf. */
+static const float *lane_rows(const fwd_job *jb, const fwd_item *it, attn__view x, attn_dtype t,
+                              int D, float *buf, int64_t *ld) {
+  if (it->nh == 1)
+    return attn__cpu_rows_f32(jb->ops, x, t, it->b, it->r0, it->h, it->rows, D, buf, ld);
+  for (int g = 0; g < it->nh; g++) {
+    float *dst = buf + (size_t)g * it->rows * D;
+    if (t != ATTN_F32) {
+      int64_t ignored;
+      attn__cpu_rows_f32(jb->ops, x, t, it->b, it->r0, it->h + g, it->rows, D, dst, &ignored);
+      continue;
+    }
+    for (int i = 0; i < it->rows; i++)
+      memcpy(dst + (size_t)i * D, attn__cpu_row(x, ATTN_F32, it->b, it->r0 + i, it->h + g),
+             (size_t)D * sizeof(float));
+  }
+  *ld = D;
+  return buf;
+}
 
 static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
   int64_t ld;
-  const float *q = attn__cpu_rows_f32(jb->ops, pb->q, pb->dtype, it->b, it->r0, it->h, it->rows,
-                                      (int)pb->Dqk, w->cv, &ld);
-  jb->ops->pack_t(w->qt, q, ld, it->rows, (int)pb->Dqk, qs);
+  const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
+  jb->ops->pack_t(w->qt, q, ld, it->nh * it->rows, (int)pb->Dqk, qs);
 }
 
-/* Folds the visible key tiles of the item into w's state. */
-static void run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
+/* Row kernels' buffers in w->s (see fwd_work). */
+static float *rows_s(fwd_work *w) { return w->s; }
+static float *rows_q(fwd_work *w) { return w->s + CPU_ROWS_MAX * CPU_BC; }
+static float *rows_o(const attn__problem *pb, fwd_work *w) {
+  return rows_q(w) + CPU_ROWS_MAX * pb->Dqk;
+}
+
+/* The row kernels' Q rows (scaled) and O rows (from w->ot, the state) of the item. */
+static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
+  const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+  const int u = it->nh * it->rows;
+  int64_t ld;
+  const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
+  float *qr = rows_q(w); /* [u][Dqk] */
+  for (int L = 0; L < u; L++)
+    for (int64_t d = 0; d < pb->Dqk; d++) qr[L * pb->Dqk + d] = q[L * ld + d] * qs;
+  jb->ops->unpack_t(rows_o(pb, w), pb->Dv, w->ot, u, (int)pb->Dv, NULL);
+}
+
+/* Folds split `split` of `nsplit` of the item's visible key tiles into w's state;
+ * returns the tiles computed (flops added to *flops). Up to CPU_ROWS_MAX lanes, through
+ * the row kernels (state in rows_o meanwhile), else through the tile kernels. */
+static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int split,
+                         int nsplit, double *flops) {
+  const attn__problem *pb = jb->pb;
+  const cpu_tile_ops *ops = jb->ops;
   const cpu_segment *seg = &jb->segs[it->seg];
   const int64_t hk = it->h / (pb->Hq / pb->Hkv);
+  const int u = it->nh * it->rows, by_rows = u <= CPU_ROWS_MAX;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   int64_t kc0, kc1, computed = 0;
   attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
-  double flops = 0;
-  for (int64_t t = kc0 / CPU_BC; t * CPU_BC < kc1; t++) {
+  if (kc0 >= kc1) return 0;
+  if (by_rows) rows_begin(jb, it, w);
+  else pack_qt(jb, it, w);
+  const int64_t t0 = kc0 / CPU_BC, nt = (kc1 - 1) / CPU_BC + 1 - t0;
+  for (int64_t t = t0 + nt * split / nsplit; t < t0 + nt * (split + 1) / nsplit; t++) {
     int64_t ca = t * CPU_BC > kc0 ? t * CPU_BC : kc0;
     int64_t cb = (t + 1) * CPU_BC < kc1 ? (t + 1) * CPU_BC : kc1;
     int nj = (int)(cb - ca);
-    if (!attn__cpu_tile_info(pb, seg, it->h, it->r0, it->rows, ca, cb, &w->ti, w->elem))
+    if (!attn__cpu_tile_info(pb, seg, it->h, it->nh, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
     int64_t ld;
-    const float *kt = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, it->b, ca, hk, nj,
-                                         (int)pb->Dqk, w->cv, &ld); /* [nj] rows */
-    jb->ops->gemm(w->s, CPU_BR, kt, 1, ld, w->qt, CPU_BR, nj, CPU_BR, (int)pb->Dqk, NULL,
-                  CPU_GEMM_SET, 0);
-    jb->ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
-    int safe = jb->vbad[(it->b * pb->Hkv + hk) * jb->nkt + t];
-    const float *vt = attn__cpu_rows_f32(jb->ops, pb->v, pb->dtype, it->b, ca, hk, nj,
-                                         (int)pb->Dv, w->cv, &ld); /* K's rows are done */
-    jb->ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, (int)pb->Dv, CPU_BR, nj, w->alpha,
-                  CPU_GEMM_SCALE_ADD, safe);
+    const float *kt = attn__cpu_rows_f32(ops, pb->k, pb->dtype, it->b, ca, hk, nj, Dqk, w->cv,
+                                         &ld); /* [nj] rows */
+    if (by_rows) {
+      ops->scores_rows(rows_s(w), kt, ld, nj, rows_q(w), Dqk, u, Dqk);
+      ops->softmax_rows(rows_s(w), nj, u, &w->ti, w->m, w->l, w->alpha);
+    } else {
+      ops->gemm(w->s, CPU_BR, kt, 1, ld, w->qt, CPU_BR, nj, w->ti.lanes, Dqk, NULL, CPU_GEMM_SET, 0);
+      ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
+    }
+    const float *vt = attn__cpu_rows_f32(ops, pb->v, pb->dtype, it->b, ca, hk, nj, Dv, w->cv,
+                                         &ld); /* K's rows are done */
+    if (by_rows)
+      ops->pv_rows(rows_o(pb, w), Dv, vt, ld, nj, rows_s(w), u, Dv, w->alpha);
+    else
+      ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, Dv, w->ti.lanes, nj, w->alpha,
+                CPU_GEMM_SCALE_ADD, attn__cpu_tile_nonfinite(jb->vbad, ops, it->b, hk, t));
     computed++;
-    flops += 2.0 * it->rows * nj * (double)(pb->Dqk + pb->Dv);
+    *flops += 2.0 * u * nj * (double)(pb->Dqk + pb->Dv);
   }
-  /* Tiles of the segment's key range never visited are skipped too. */
+  if (by_rows) ops->pack_t(w->ot, rows_o(pb, w), pb->Dv, u, Dv, 1.0f); /* back to the state */
+  return computed;
+}
+
+/* Statistics of an item: tiles of its segment's key range not computed were skipped; a
+ * tile counts once per head it carries. */
+static void count_item(const fwd_job *jb, const fwd_item *it, int64_t computed, double flops) {
+  const cpu_segment *seg = &jb->segs[it->seg];
   int64_t all = seg->c1 > seg->c0 ? (seg->c1 - 1) / CPU_BC - seg->c0 / CPU_BC + 1 : 0;
-  attn__cpu_count(jb->ctx, computed, all - computed, flops);
+  attn__cpu_count(jb->ctx, computed * it->nh, (all - computed) * it->nh, flops);
 }
 
 static void state_zero(const attn__problem *pb, fwd_work *w) {
@@ -82,52 +147,81 @@ static void state_zero(const attn__problem *pb, fwd_work *w) {
   memset(w->ot, 0, (size_t)pb->Dv * CPU_BR * sizeof(float));
 }
 
+/* Lanes to rows: w->ot's lanes, times scale[L] (NULL: 1), to the rows of each head of x
+ * (dtype t): straight for one float32 head, else through w->cv. */
+static void store_lanes(const fwd_job *jb, const fwd_item *it, fwd_work *w, attn__view x,
+                        attn_dtype t, int D, const float *scale) {
+  if (t == ATTN_F32 && it->nh == 1) {
+    jb->ops->unpack_t(attn__cpu_row(x, t, it->b, it->r0, it->h), x.ss, w->ot, it->rows, D, scale);
+    return;
+  }
+  jb->ops->unpack_t(w->cv, D, w->ot, it->nh * it->rows, D, scale);
+  for (int g = 0; g < it->nh; g++) {
+    const float *s = w->cv + (size_t)g * it->rows * D; /* [rows][D] */
+    void *x0 = attn__cpu_row(x, t, it->b, it->r0, it->h + g); /* row i at x0 + i*x.ss */
+    if (t != ATTN_F32) {
+      jb->ops->rows_out(x0, x.ss, t, s, D, it->rows, D);
+      continue;
+    }
+    for (int i = 0; i < it->rows; i++)
+      memcpy((float *)x0 + i * x.ss, s + (size_t)i * D, (size_t)D * sizeof(float));
+  }
+}
+
+/* Index of lane L's row in a [B][Hq][rows_total] array (the LSE, st->m, st->l). */
+static int64_t lane_row(const attn__problem *pb, const fwd_item *it, int64_t rows_total, int L) {
+  return (it->b * pb->Hq + it->h + L / it->rows) * rows_total + pb->q_row0 + it->r0 +
+         L % it->rows;
+}
+
 /* Writes O rows and LSE of the item; sinks enter the denominator here only. */
 static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, attn__view o,
                           float *lse, int64_t lse_rows) {
   const attn__problem *pb = jb->pb;
-  const float sink2 = pb->sinks ? pb->sinks[it->h] * CPU_LOG2E : -INFINITY;
   float inv[CPU_BR];
-  for (int i = 0; i < it->rows; i++) {
-    float m2 = w->m[i], top = m2 > sink2 ? m2 : sink2, lse2 = -INFINITY;
-    inv[i] = 0.0f;
+  for (int L = 0; L < it->nh * it->rows; L++) {
+    const float sink2 = pb->sinks ? pb->sinks[it->h + L / it->rows] * CPU_LOG2E : -INFINITY;
+    float m2 = w->m[L], top = m2 > sink2 ? m2 : sink2, lse2 = -INFINITY;
+    inv[L] = 0.0f;
     if (top != -INFINITY) {
-      float sm = exp2f(m2 - top), z = w->l[i] * sm + exp2f(sink2 - top);
-      inv[i] = sm / z;
+      float sm = exp2f(m2 - top), z = w->l[L] * sm + exp2f(sink2 - top);
+      inv[L] = sm / z;
       lse2 = top + log2f(z);
     }
-    if (lse) lse[(it->b * pb->Hq + it->h) * lse_rows + pb->q_row0 + it->r0 + i] = lse2 / CPU_LOG2E;
+    if (lse) lse[lane_row(pb, it, lse_rows, L)] = lse2 / CPU_LOG2E;
   }
-  void *o0 = attn__cpu_row(o, pb->dtype, it->b, it->r0, it->h); /* row i at o0 + i*o.ss */
-  if (pb->dtype == ATTN_F32) {
-    jb->ops->unpack_t(o0, o.ss, w->ot, it->rows, (int)pb->Dv, inv);
-    return;
-  }
-  jb->ops->unpack_t(w->cv, pb->Dv, w->ot, it->rows, (int)pb->Dv, inv);
-  jb->ops->rows_out(o0, o.ss, pb->dtype, w->cv, pb->Dv, it->rows, (int)pb->Dv);
+  store_lanes(jb, it, w, o, pb->dtype, (int)pb->Dv, inv);
+}
+
+/* st->acc [B][Hq][st->rows][Dv] as a view whose row (b, s, h) is the state row of local
+ * query row s of head h. */
+static attn__view acc_view(const attn__problem *pb, const attn_state *st) {
+  return (attn__view){st->acc + pb->q_row0 * pb->Dv, pb->Hq * st->rows * pb->Dv, pb->Dv,
+                      st->rows * pb->Dv};
 }
 
 static void state_load(const fwd_job *jb, const fwd_item *it, const attn_state *st,
                        fwd_work *w) {
   const attn__problem *pb = jb->pb;
   state_zero(pb, w);
-  int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
-  for (int i = 0; i < it->rows; i++) {
-    w->m[i] = st->m[row + i] * CPU_LOG2E;
-    w->l[i] = st->l[row + i];
+  for (int L = 0; L < it->nh * it->rows; L++) {
+    int64_t r = lane_row(pb, it, st->rows, L);
+    w->m[L] = st->m[r] * CPU_LOG2E;
+    w->l[L] = st->l[r];
   }
-  jb->ops->pack_t(w->ot, st->acc + row * pb->Dv, pb->Dv, it->rows, (int)pb->Dv, 1.0f);
+  int64_t ld;
+  const float *acc = lane_rows(jb, it, acc_view(pb, st), ATTN_F32, (int)pb->Dv, w->cv, &ld);
+  jb->ops->pack_t(w->ot, acc, ld, it->nh * it->rows, (int)pb->Dv, 1.0f);
 }
 
-static void state_store(const fwd_job *jb, const fwd_item *it, attn_state *st,
-                        const fwd_work *w) {
+static void state_store(const fwd_job *jb, const fwd_item *it, attn_state *st, fwd_work *w) {
   const attn__problem *pb = jb->pb;
-  int64_t row = (it->b * pb->Hq + it->h) * st->rows + pb->q_row0 + it->r0;
-  for (int i = 0; i < it->rows; i++) {
-    st->m[row + i] = w->m[i] / CPU_LOG2E;
-    st->l[row + i] = w->l[i];
+  for (int L = 0; L < it->nh * it->rows; L++) {
+    int64_t r = lane_row(pb, it, st->rows, L);
+    st->m[r] = w->m[L] / CPU_LOG2E;
+    st->l[r] = w->l[L];
   }
-  jb->ops->unpack_t(st->acc + row * pb->Dv, pb->Dv, w->ot, it->rows, (int)pb->Dv, NULL);
+  store_lanes(jb, it, w, acc_view(pb, st), ATTN_F32, (int)pb->Dv, NULL);
 }
 
 /* The forward's tile workspace is kept per thread between calls (a few hundred KB that
@@ -157,26 +251,111 @@ static fwd_work *work_get(const attn__problem *pb) {
   return w;
 }
 
-/* Items: (b, h, segment, query tile), heaviest (most keys) first for dynamic balance. */
-static attn_status make_items(const attn__problem *pb, const cpu_segment *segs, int nseg,
-                              fwd_item **out, int64_t *count) {
-  int64_t n = 0;
-  for (int s = 0; s < nseg; s++) n += (segs[s].r1 - segs[s].r0 + CPU_BR - 1) / CPU_BR;
-  n *= pb->B * pb->Hq;
-  fwd_item *items = malloc((size_t)(n > 0 ? n : 1) * sizeof *items);
-  if (!items) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "work list (%lld items) allocation failed", (long long)n);
+/* Items: (b, heads, segment, query tile), heaviest (most keys) first for dynamic balance;
+ * a short tile's item carries as many heads of its GQA group as fit in its lanes. */
+static int64_t fill_items(const attn__problem *pb, const cpu_segment *segs, int nseg,
+                          fwd_item *items /* NULL: count only */) {
+  const int64_t G = pb->Hq / pb->Hkv;
   int64_t k = 0;
   for (int s = 0; s < nseg; s++)
     for (int64_t r0 = segs[s].r1; r0 > segs[s].r0;) {
       int64_t a = r0 - CPU_BR > segs[s].r0 ? r0 - CPU_BR : segs[s].r0;
+      const int rows = (int)(r0 - a), pack = attn__cpu_pack_heads(pb, rows);
       for (int64_t b = 0; b < pb->B; b++)
-        for (int64_t h = 0; h < pb->Hq; h++)
-          items[k++] = (fwd_item){(int32_t)b, (int32_t)h, s, (int32_t)(r0 - a), a};
+        for (int64_t h = 0, nh; h < pb->Hq; h += nh) {
+          nh = pack < G - h % G ? pack : G - h % G; /* never past the group's last head */
+          if (items) items[k] = (fwd_item){(int32_t)b, (int32_t)h, (int32_t)nh, s, rows, a};
+          k++;
+        }
       r0 = a;
     }
+  return k;
+}
+
+static attn_status make_items(const attn__problem *pb, const cpu_segment *segs, int nseg,
+                              fwd_item **out, int64_t *count) {
+  int64_t n = fill_items(pb, segs, nseg, NULL);
+  fwd_item *items = malloc((size_t)(n > 0 ? n : 1) * sizeof *items);
+  if (!items)
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "work list (%lld items) allocation failed", (long long)n);
+  *count = fill_items(pb, segs, nseg, items);
   *out = items;
-  *count = k;
   return ATTN_OK;
+}
+
+/* ---- key splits ------------------------------------------------------------------
+ * With fewer items than threads (decode, or a long sequence of few heads) each item's key
+ * tiles are cut into splits that run as units of their own, each with a fresh state
+ * (split 0 starts from the block state), merged afterwards in split order: the result
+ * depends on the thread count only through that choice. */
+static int choose_splits(const attn__problem *pb, int64_t nitems, int threads) {
+  if (nitems <= 0 || nitems >= threads) return 1;
+  int64_t s = (threads + nitems - 1) / nitems, tiles = (pb->skv + CPU_BC - 1) / CPU_BC;
+  if (s > tiles / 2) s = tiles / 2; /* at least two tiles a split */
+  if (s > 64) s = 64;
+  return s < 1 ? 1 : (int)s;
+}
+
+/* A unit's partial state: m, l [CPU_BR] and ot [Dv][CPU_BR], then the tiles computed. */
+static size_t part_floats(const attn__problem *pb) { return (size_t)(pb->Dv + 2) * CPU_BR + 2; }
+
+static void part_save(const attn__problem *pb, const fwd_work *w, float *p, int64_t computed) {
+  memcpy(p, w->m, sizeof w->m);
+  memcpy(p + CPU_BR, w->l, sizeof w->l);
+  memcpy(p + 2 * CPU_BR, w->ot, (size_t)pb->Dv * CPU_BR * sizeof(float));
+  p[(pb->Dv + 2) * CPU_BR] = (float)computed; /* < 2^24 tiles an item */
+}
+
+/* w's state := merge(w's state, partial p) over `used` lanes (log2 units). */
+static void part_merge(const attn__problem *pb, fwd_work *w, const float *p, int used) {
+  const float *pm = p, *pl = p + CPU_BR, *po = p + 2 * CPU_BR;
+  float a[CPU_BR], b[CPU_BR];
+  for (int L = 0; L < used; L++) {
+    float m = w->m[L] > pm[L] ? w->m[L] : pm[L];
+    a[L] = m == -INFINITY ? 0.0f : exp2f(w->m[L] - m); /* both empty: acc stays 0 */
+    b[L] = m == -INFINITY ? 0.0f : exp2f(pm[L] - m);
+    w->l[L] = w->l[L] * a[L] + pl[L] * b[L];
+    w->m[L] = m;
+  }
+  for (int64_t d = 0; d < pb->Dv; d++)
+    for (int L = 0; L < used; L++)
+      w->ot[d * CPU_BR + L] = w->ot[d * CPU_BR + L] * a[L] + po[d * CPU_BR + L] * b[L];
+}
+
+/* Unit u = (item u / nsplit, split u % nsplit): split 0 starts from the block state (st),
+ * others from empty; with one split the item is finished here, else saved to part. */
+static void run_unit(const fwd_job *jb, const fwd_item *it, int split, int nsplit,
+                     fwd_work *w, attn_state *st, attn__view o, float *lse, int64_t lse_rows,
+                     float *part) {
+  if (st && split == 0) state_load(jb, it, st, w);
+  else state_zero(jb->pb, w);
+  double flops = 0;
+  int64_t computed = run_tiles(jb, it, w, split, nsplit, &flops);
+  if (nsplit > 1) {
+    attn__cpu_count(jb->ctx, computed * it->nh, 0, flops);
+    part_save(jb->pb, w, part, computed);
+    return;
+  }
+  count_item(jb, it, computed, flops);
+  if (st) state_store(jb, it, st, w);
+  else finalize_rows(jb, it, w, o, lse, lse_rows);
+}
+
+/* Merges the item's nsplit partials (in split order) and finishes it. */
+static void finish_splits(const fwd_job *jb, const fwd_item *it, int nsplit, fwd_work *w,
+                          attn_state *st, attn__view o, float *lse, int64_t lse_rows,
+                          const float *part /* [nsplit][part_floats] */) {
+  const attn__problem *pb = jb->pb;
+  const size_t pf = part_floats(pb);
+  int64_t computed = 0;
+  state_zero(pb, w);
+  for (int s = 0; s < nsplit; s++) {
+    part_merge(pb, w, part + s * pf, it->nh * it->rows);
+    computed += (int64_t)part[s * pf + (pb->Dv + 2) * CPU_BR];
+  }
+  count_item(jb, it, computed, 0.0); /* the units counted their flops */
+  if (st) state_store(jb, it, st, w);
+  else finalize_rows(jb, it, w, o, lse, lse_rows);
 }
 
 /* st == NULL: one shot into o/lse; else fold into st. */
@@ -185,14 +364,23 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   cpu_backend *be = ctx->backend_data;
   cpu_segment *segs = NULL;
   fwd_item *items = NULL;
+  float *part = NULL;
   int nseg = 0;
   int64_t nitems = 0;
   ATTN_CHECK(attn__cpu_segments(pb, &segs, &nseg));
   attn_status status = make_items(pb, segs, nseg, &items, &nitems);
-  fwd_job jb = {pb, be->ops, segs, NULL, (pb->skv + CPU_BC - 1) / CPU_BC, ctx};
-  uint8_t *vbad = status == ATTN_OK ? attn__cpu_nonfinite_tiles(pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv) : NULL;
-  if (status == ATTN_OK && !vbad) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags allocation failed");
-  jb.vbad = vbad;
+  cpu_tile_flags vbad = {0};
+  fwd_job jb = {pb, be->ops, segs, &vbad, ctx};
+  if (status == ATTN_OK)
+    status = attn__cpu_flags_init(&vbad, pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv);
+  const int nsplit = choose_splits(pb, nitems, be->threads);
+  const size_t pf = part_floats(pb);
+  if (status == ATTN_OK && nsplit > 1) {
+    part = malloc((size_t)nitems * (size_t)nsplit * pf * sizeof(float));
+    if (!part)
+      status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "key-split states (%lld x %d) allocation failed",
+                          (long long)nitems, nsplit);
+  }
   int failed = 0;
   if (status == ATTN_OK) {
 #pragma omp parallel num_threads(be->threads)
@@ -203,20 +391,22 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
         failed = 1;
       }
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t n = 0; n < nitems; n++) {
-        if (!w) continue;
-        const fwd_item *it = &items[n];
-        if (st) state_load(&jb, it, st, w);
-        else state_zero(pb, w);
-        pack_qt(&jb, it, w);
-        run_tiles(&jb, it, w);
-        if (st) state_store(&jb, it, st, w);
-        else finalize_rows(&jb, it, w, o, lse, lse_rows);
+      for (int64_t u = 0; u < nitems * nsplit; u++)
+        if (w)
+          run_unit(&jb, &items[u / nsplit], (int)(u % nsplit), nsplit, w, st, o, lse, lse_rows,
+                   part ? part + (size_t)u * pf : NULL);
+      if (nsplit > 1) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t n = 0; n < nitems; n++)
+          if (w)
+            finish_splits(&jb, &items[n], nsplit, w, st, o, lse, lse_rows,
+                          part + (size_t)n * nsplit * pf);
       }
     }
     if (failed) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "per-thread tile workspace allocation failed");
   }
-  free(vbad);
+  free(part);
+  attn__cpu_flags_free(&vbad);
   free(items);
   free(segs);
   return status;

@@ -128,10 +128,10 @@ static inline __m512 transform16(__m512 s, int j, int i0, const cpu_tile_info *t
     if (t_out) *t_out = t;
     s = _mm512_mul_ps(_mm512_set1_ps(ti->softcap2), t);
   }
-  if (ti->alibi2 != 0.0f) {
+  if (ti->alibi) {
     __m512 d = _mm512_sub_ps(_mm512_loadu_ps(ti->ipos + i0), _mm512_set1_ps((float)j));
     d = _mm512_abs_ps(d);
-    s = _mm512_fnmadd_ps(_mm512_set1_ps(ti->alibi2), d, s);
+    s = _mm512_fnmadd_ps(_mm512_loadu_ps(ti->alibi2 + i0), d, s);
   }
   if (ti->partial) {
     __m512i jv = _mm512_set1_epi32(j);
@@ -149,7 +149,7 @@ static inline __m512 transform16(__m512 s, int j, int i0, const cpu_tile_info *t
 static void softmax_fwd_avx512(float *S, int nj, const cpu_tile_info *ti, float *m, float *l,
                                float *alpha) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+  for (int i0 = 0; i0 < ti->lanes; i0 += 16) {
     __m512 mold = _mm512_loadu_ps(m + i0), mx = mold;
     for (int j = 0; j < nj; j++) {
       float *row = S + j * CPU_BR + i0;
@@ -186,7 +186,7 @@ static void probs_bwd_avx512(float *S, int nj, const cpu_tile_info *ti, const fl
                              float *T) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (int j = 0; j < nj; j++)
-    for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+    for (int i0 = 0; i0 < ti->lanes; i0 += 16) {
       float *row = S + j * CPU_BR + i0;
       __m512 t = _mm512_setzero_ps();
       __m512 x = transform16(_mm512_loadu_ps(row), j, i0, ti, &t);
@@ -197,11 +197,11 @@ static void probs_bwd_avx512(float *S, int nj, const cpu_tile_info *ti, const fl
     }
 }
 
-static void dscores_avx512(float *dP, const float *P, const float *T, int nj,
+static void dscores_avx512(float *dP, const float *P, const float *T, int nj, int lanes,
                            const float *delta, float factor) {
   const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f);
   for (int j = 0; j < nj; j++)
-    for (int i0 = 0; i0 < CPU_BR; i0 += 16) {
+    for (int i0 = 0; i0 < lanes; i0 += 16) {
       int e = j * CPU_BR + i0;
       __m512 p = _mm512_loadu_ps(P + e);
       __m512 ds = _mm512_mul_ps(_mm512_mul_ps(f, p),
@@ -320,8 +320,196 @@ static void rows_out_avx512(void *dst, int64_t ds, attn_dtype t, const float *sr
       store16_lp(h + r * ds + d0, D - d0, t, _mm512_maskz_loadu_ps(first_n(D - d0), src + r * ld + d0));
 }
 
+static int nonfinite_avx512(const void *src, int64_t ss, attn_dtype t, int rows, int D) {
+  const int wide = t == ATTN_F32; /* 16 floats or 32 halves a vector */
+  const __m512i e = wide ? _mm512_set1_epi32(0x7F800000)
+                         : _mm512_set1_epi16(t == ATTN_BF16 ? 0x7F80 : 0x7C00);
+  __mmask64 bad = 0;
+  for (int r = 0; r < rows; r++) {
+    if (wide) {
+      const float *x = (const float *)src + r * ss;
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        __m512i v = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(first_n(D - d0), x + d0)), e);
+        bad |= _mm512_cmpeq_epi32_mask(v, e);
+      }
+    } else {
+      const uint16_t *h = (const uint16_t *)src + r * ss;
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        int n = D - d0;
+        __mmask32 m = n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
+        __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, h + d0), e);
+        bad |= _mm512_cmpeq_epi16_mask(v, e);
+      }
+    }
+  }
+  return bad != 0;
+}
+
+/* ---- row kernels: a few query lanes (decode) -----------------------------------------
+ * Layouts: S / P [u][CPU_BC] (lane L's scores over the tile's keys), Q [u][ldq] scaled,
+ * O [u][ldo] unnormalised; keys are the vector lanes. */
+
+/* r[x] = sum of the 16 lanes of a[x], x < 16 (a is clobbered). */
+static inline __m512 hsum16(__m512 a[16]) {
+  __m512 s1[8], s2[4];
+  for (int i = 0; i < 8; i++) /* 128-bit lane k: x0+x2, y0+y2, x1+x3, y1+y3 */
+    s1[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                          _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; i++) { /* 128-bit lane k: the lane-k sums of a[4i .. 4i+3] */
+    __m512d x = _mm512_castps_pd(s1[2 * i]), y = _mm512_castps_pd(s1[2 * i + 1]);
+    s2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                          _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], 0x44),
+                            _mm512_shuffle_f32x4(s2[0], s2[1], 0xEE));
+  __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(s2[2], s2[3], 0x44),
+                            _mm512_shuffle_f32x4(s2[2], s2[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xDD));
+}
+
+static void scores_rows_avx512(float *S, const float *K, int64_t ldk, int nj, const float *Q,
+                               int64_t ldq, int u, int D) {
+  for (int j0 = 0; j0 < nj; j0 += 16) { /* 16 keys stay in L1 over the lanes */
+    const int nk = nj - j0 < 16 ? nj - j0 : 16;
+    const float *kr[16], *next[16]; /* rows past the tile repeat its last (results dropped) */
+    for (int x = 0; x < 16; x++) {
+      kr[x] = K + (j0 + (x < nk ? x : nk - 1)) * ldk;
+      next[x] = K + (j0 + 16 + x < nj ? j0 + 16 + x : nj - 1) * ldk;
+    }
+    for (int L = 0; L < u; L++) {
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        const __mmask16 dm = first_n(D - d0);
+        const __m512 q = _mm512_maskz_loadu_ps(dm, Q + L * ldq + d0);
+        if (L == 0) /* the next 16 rows (see PV_PREFETCH) */
+#pragma GCC unroll 16
+          for (int x = 0; x < 16; x++) _mm_prefetch((const char *)(next[x] + d0), _MM_HINT_T0);
+#pragma GCC unroll 16
+        for (int x = 0; x < 16; x++)
+          acc[x] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dm, kr[x] + d0), q, acc[x]);
+      }
+      _mm512_mask_storeu_ps(S + L * CPU_BC + j0, first_n(nk), hsum16(acc));
+    }
+  }
+}
+
+/* Transform keys j0..j0+15 of lane L (softcap, ALiBi, mask); keys past nj are -inf. */
+static inline __m512 transform_keys16(__m512 s, int j0, int nj, int L, const cpu_tile_info *ti) {
+  const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0),
+                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  if (ti->softcap2 > 0.0f) s = _mm512_mul_ps(_mm512_set1_ps(ti->softcap2), tanh_ps(s));
+  if (ti->alibi) {
+    __m512 d = _mm512_abs_ps(_mm512_sub_ps(_mm512_set1_ps(ti->ipos[L]), _mm512_cvtepi32_ps(j)));
+    s = _mm512_fnmadd_ps(_mm512_set1_ps(ti->alibi2[L]), d, s);
+  }
+  __mmask16 ok = first_n(nj - j0);
+  if (ti->partial) {
+    ok &= _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(ti->lo[L])) &
+          _mm512_cmple_epi32_mask(j, _mm512_set1_epi32(ti->hi[L]));
+    if (ti->elem)
+      for (int x = 0; x < 16 && j0 + x < nj; x++)
+        if (!ti->elem[(j0 + x) * CPU_BR + L]) ok &= (__mmask16)~(1u << x);
+  }
+  return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), ok, s);
+}
+
+static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti, float *m,
+                                float *l, float *alpha) {
+  for (int L = 0; L < u; L++) {
+    float *row = S + L * CPU_BC;
+    __m512 mx = _mm512_set1_ps(m[L]);
+    for (int j0 = 0; j0 < nj; j0 += 16) {
+      __m512 x = transform_keys16(_mm512_maskz_loadu_ps(first_n(nj - j0), row + j0), j0, nj, L, ti);
+      _mm512_storeu_ps(row + j0, x); /* row has CPU_BC floats: whole vectors fit */
+      mx = _mm512_max_ps(mx, x);
+    }
+    const float m_new = _mm512_reduce_max_ps(mx), mu = m_new == -INFINITY ? 0.0f : m_new;
+    const __m512 muv = _mm512_set1_ps(mu);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j0 = 0; j0 < nj; j0 += 16) {
+      __m512 p = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(row + j0), muv));
+      _mm512_storeu_ps(row + j0, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    float a = _mm512_cvtss_f32(exp2_ps(_mm512_set1_ps(m[L] - mu)));
+    alpha[L] = a;
+    l[L] = l[L] * a + _mm512_reduce_add_ps(sum);
+    m[L] = m_new;
+  }
+}
+
+/* O rows L0..L0+UL-1, columns d0..d0+63 (masked past D): O = alpha O + sum_j P[j] V[j].
+ * The V rows are checked as they are loaded: when one holds NaN or Inf the group is done
+ * again (O is stored only at the end) skipping zero probabilities, so that a masked
+ * non-finite V row adds nothing; no separate pass over V. */
+#define PV_PREFETCH 8 /* rows ahead: each V row is on its own page at common sizes, where
+                        * the hardware prefetchers stop */
+#define PV_ROWS_KERNEL(UL)                                                                   \
+  static void pv_rows_##UL(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,       \
+                           const float *P, int D, int d0, const float *alpha, int safe) {    \
+    __mmask16 dm[4], bad = 0;                                                                \
+    __m512 acc[UL][4];                                                                       \
+    for (int c = 0; c < 4; c++) dm[c] = first_n(D - d0 - 16 * c);                            \
+    for (int l = 0; l < UL; l++) /* the tile's sum apart, then added: blocked summation */ \
+      for (int c = 0; c < 4; c++) acc[l][c] = _mm512_setzero_ps();                           \
+    for (int j = 0; j < nj; j++) {                                                           \
+      const float *vj = V + j * ldv + d0;                                                    \
+      if (j + PV_PREFETCH < nj)                                                              \
+        for (int c = 0; c < 4 && d0 + 16 * c < D; c++)                                       \
+          _mm_prefetch((const char *)(vj + PV_PREFETCH * ldv + 16 * c), _MM_HINT_T0);        \
+      __m512 v[4];                                                                           \
+      for (int c = 0; c < 4; c++) {                                                          \
+        v[c] = _mm512_maskz_loadu_ps(dm[c], vj + 16 * c);                                    \
+        bad |= _mm512_fpclass_ps_mask(v[c], 0x99); /* QNaN, SNaN, +Inf, -Inf */              \
+      }                                                                                      \
+      if (!safe) {                                                                           \
+        for (int l = 0; l < UL; l++) {                                                       \
+          const __m512 pv = _mm512_set1_ps(P[l * CPU_BC + j]);                               \
+          for (int c = 0; c < 4; c++) acc[l][c] = _mm512_fmadd_ps(pv, v[c], acc[l][c]);      \
+        }                                                                                    \
+        continue;                                                                            \
+      }                                                                                      \
+      for (int l = 0; l < UL; l++) {                                                         \
+        const float p = P[l * CPU_BC + j];                                                   \
+        if (p == 0.0f) continue;                                                             \
+        for (int c = 0; c < 4; c++) acc[l][c] = _mm512_fmadd_ps(_mm512_set1_ps(p), v[c], acc[l][c]); \
+      }                                                                                      \
+    }                                                                                        \
+    if (bad && !safe) {                                                                      \
+      pv_rows_##UL(O, ldo, V, ldv, nj, P, D, d0, alpha, 1);                                  \
+      return;                                                                                \
+    }                                                                                        \
+    for (int l = 0; l < UL; l++)                                                             \
+      for (int c = 0; c < 4; c++) {                                                          \
+        float *o = O + l * ldo + d0 + 16 * c;                                                \
+        __m512 x = _mm512_fmadd_ps(_mm512_set1_ps(alpha[l]), _mm512_maskz_loadu_ps(dm[c], o), \
+                                   acc[l][c]);                                               \
+        _mm512_mask_storeu_ps(o, dm[c], x);                                                  \
+      }                                                                                      \
+  }
+PV_ROWS_KERNEL(1)
+PV_ROWS_KERNEL(2)
+PV_ROWS_KERNEL(3)
+PV_ROWS_KERNEL(4)
+
+static void pv_rows_avx512(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
+                           const float *P, int u, int D, const float *alpha) {
+  typedef void (*pv_fn)(float *, int64_t, const float *, int64_t, int, const float *, int, int,
+                        const float *, int);
+  static const pv_fn by_lanes[4] = {pv_rows_1, pv_rows_2, pv_rows_3, pv_rows_4};
+  for (int d0 = 0; d0 < D; d0 += 64)
+    for (int L0 = 0; L0 < u; L0 += 4) {
+      int ul = u - L0 < 4 ? u - L0 : 4;
+      by_lanes[ul - 1](O + L0 * ldo, ldo, V, ldv, nj, P + L0 * CPU_BC, D, d0, alpha + L0, 0);
+    }
+}
+
 static const cpu_tile_ops ops_avx512 = {"cpu-avx512",     gemm_avx512,    softmax_fwd_avx512,
                                         probs_bwd_avx512, dscores_avx512, pack_t_avx512,
-                                        unpack_t_avx512,  rows_in_avx512, rows_out_avx512};
+                                        unpack_t_avx512,  rows_in_avx512, rows_out_avx512,
+                                        nonfinite_avx512, scores_rows_avx512,
+                                        softmax_rows_avx512, pv_rows_avx512};
 
 const cpu_tile_ops *attn__cpu_ops_avx512(void) { return &ops_avx512; }

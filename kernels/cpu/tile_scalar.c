@@ -29,7 +29,7 @@ static inline float transform(float s, int j, int i, const cpu_tile_info *ti, fl
     if (t_out) *t_out = t;
     s = ti->softcap2 * t;
   }
-  if (ti->alibi2 != 0.0f) s -= ti->alibi2 * fabsf(ti->ipos[i] - (float)j);
+  if (ti->alibi) s -= ti->alibi2[i] * fabsf(ti->ipos[i] - (float)j);
   if (ti->partial &&
       (j < ti->lo[i] || j > ti->hi[i] || (ti->elem && !ti->elem[j * CPU_BR + i])))
     return -INFINITY;
@@ -38,7 +38,7 @@ static inline float transform(float s, int j, int i, const cpu_tile_info *ti, fl
 
 static void softmax_fwd_scalar(float *S, int nj, const cpu_tile_info *ti, float *m, float *l,
                                float *alpha) {
-  for (int i = 0; i < CPU_BR; i++) {
+  for (int i = 0; i < ti->lanes; i++) {
     float mx = m[i];
     for (int j = 0; j < nj; j++) {
       float x = transform(S[j * CPU_BR + i], j, i, ti, NULL);
@@ -61,7 +61,7 @@ static void softmax_fwd_scalar(float *S, int nj, const cpu_tile_info *ti, float 
 static void probs_bwd_scalar(float *S, int nj, const cpu_tile_info *ti, const float *lse2,
                              float *T) {
   for (int j = 0; j < nj; j++)
-    for (int i = 0; i < CPU_BR; i++) {
+    for (int i = 0; i < ti->lanes; i++) {
       float t = 0.0f;
       float x = transform(S[j * CPU_BR + i], j, i, ti, &t);
       if (T) T[j * CPU_BR + i] = t;
@@ -69,10 +69,10 @@ static void probs_bwd_scalar(float *S, int nj, const cpu_tile_info *ti, const fl
     }
 }
 
-static void dscores_scalar(float *dP, const float *P, const float *T, int nj,
+static void dscores_scalar(float *dP, const float *P, const float *T, int nj, int lanes,
                            const float *delta, float factor) {
   for (int j = 0; j < nj; j++)
-    for (int i = 0; i < CPU_BR; i++) {
+    for (int i = 0; i < lanes; i++) {
       int e = j * CPU_BR + i;
       float ds = 0.0f; /* masked (P = 0): 0, whatever NaN sits in dP or T */
       if (P[e] != 0.0f) ds = factor * P[e] * (dP[e] - delta[i]) * (T ? 1.0f - T[e] * T[e] : 1.0f);
@@ -111,6 +111,65 @@ static void rows_out_scalar(void *dst, int64_t ds, attn_dtype t, const float *sr
     for (int d = 0; d < D; d++) attn__cpu_store(h + r * ds, d, t, src[r * ld + d]);
 }
 
+static int nonfinite_scalar(const void *src, int64_t ss, attn_dtype t, int rows, int D) {
+  int bad = 0;
+  for (int r = 0; r < rows; r++) {
+    if (t == ATTN_F32) {
+      const uint32_t *x = (const uint32_t *)src + r * ss;
+      for (int d = 0; d < D; d++) bad |= (x[d] & 0x7F800000u) == 0x7F800000u; /* all-ones exponent */
+    } else {
+      const uint16_t *h = (const uint16_t *)src + r * ss, e = t == ATTN_BF16 ? 0x7F80u : 0x7C00u;
+      for (int d = 0; d < D; d++) bad |= (h[d] & e) == e;
+    }
+  }
+  return bad;
+}
+
+static void scores_rows_scalar(float *S, const float *K, int64_t ldk, int nj, const float *Q,
+                               int64_t ldq, int u, int D) {
+  for (int L = 0; L < u; L++)
+    for (int j = 0; j < nj; j++) {
+      float acc = 0.0f;
+      for (int d = 0; d < D; d++) acc += K[j * ldk + d] * Q[L * ldq + d];
+      S[L * CPU_BC + j] = acc;
+    }
+}
+
+static void softmax_rows_scalar(float *S, int nj, int u, const cpu_tile_info *ti, float *m,
+                                float *l, float *alpha) {
+  for (int L = 0; L < u; L++) {
+    float *row = S + L * CPU_BC, mx = m[L];
+    for (int j = 0; j < nj; j++) {
+      row[j] = transform(row[j], j, L, ti, NULL);
+      mx = row[j] > mx ? row[j] : mx;
+    }
+    float mu = mx == -INFINITY ? 0.0f : mx, sum = 0.0f;
+    for (int j = 0; j < nj; j++) {
+      row[j] = exp2f(row[j] - mu);
+      sum += row[j];
+    }
+    alpha[L] = exp2f(m[L] - mu);
+    l[L] = l[L] * alpha[L] + sum;
+    m[L] = mx;
+  }
+}
+
+static void pv_rows_scalar(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
+                           const float *P, int u, int D, const float *alpha) {
+  for (int L = 0; L < u; L++)
+    for (int d = 0; d < D; d++) {
+      float acc = 0.0f; /* the tile's sum apart, then added (as gemm's SCALE_ADD) */
+      for (int j = 0; j < nj; j++) {
+        float p = P[L * CPU_BC + j];
+        if (p == 0.0f) continue; /* masked: adds nothing, whatever V holds */
+        acc += p * V[j * ldv + d];
+      }
+      O[L * ldo + d] = alpha[L] * O[L * ldo + d] + acc;
+    }
+}
+
 const cpu_tile_ops attn__cpu_ops_scalar = {"cpu-scalar",    gemm_scalar,    softmax_fwd_scalar,
                                            probs_bwd_scalar, dscores_scalar, pack_t_scalar,
-                                           unpack_t_scalar,  rows_in_scalar, rows_out_scalar};
+                                           unpack_t_scalar,  rows_in_scalar, rows_out_scalar,
+                                           nonfinite_scalar, scores_rows_scalar,
+                                           softmax_rows_scalar, pv_rows_scalar};

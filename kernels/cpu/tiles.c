@@ -67,22 +67,32 @@ static int block_verdict(const attn_block_mask *bm, int64_t qa, int64_t qb, int6
   return seen1 ? 1 : 0;
 }
 
-static void fill_elem(const attn_block_mask *bm, int64_t qpos0, int rows, int64_t kpos0, int nj,
-                      uint8_t *elem /* [CPU_BC][CPU_BR] */) {
+/* elem [CPU_BC][CPU_BR]: lane g*rows + i (g < nh) of key row j is 1 when the block mask
+ * shows key kpos0 + j to query qpos0 + i (the mask is the same for every head). */
+static void fill_elem(const attn_block_mask *bm, int64_t qpos0, int rows, int nh, int64_t kpos0,
+                      int nj, uint8_t *elem) {
   memset(elem, 0, (size_t)CPU_BC * CPU_BR);
   for (int j = 0; j < nj; j++) {
+    uint8_t *e = elem + j * CPU_BR;
     int64_t kb = (kpos0 + j) / bm->block_k;
     for (int i = 0; i < rows; i++) {
       int64_t qb = (qpos0 + i) / bm->block_q;
-      elem[j * CPU_BR + i] = qb < bm->num_q_blocks && kb < bm->num_k_blocks &&
-                             bm->mask[qb * bm->num_k_blocks + kb] != 0;
+      e[i] = qb < bm->num_q_blocks && kb < bm->num_k_blocks &&
+             bm->mask[qb * bm->num_k_blocks + kb] != 0;
     }
+    for (int g = 1; g < nh; g++) memcpy(e + g * rows, e, (size_t)rows);
   }
 }
 
-int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h, int64_t r0,
-                        int rows, int64_t c0, int64_t c1, cpu_tile_info *ti, uint8_t *elem_buf) {
-  const int nj = (int)(c1 - c0);
+int attn__cpu_pack_heads(const attn__problem *pb, int rows) {
+  int64_t G = pb->Hq / pb->Hkv, fit = CPU_BR / (rows > 0 ? rows : 1);
+  return (int)(G < fit ? G : fit);
+}
+
+int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h, int nh,
+                        int64_t r0, int rows, int64_t c0, int64_t c1, cpu_tile_info *ti,
+                        uint8_t *elem_buf) {
+  const int nj = (int)(c1 - c0), used = nh * rows;
   int any = 0, partial = 0;
   for (int i = 0; i < CPU_BR; i++) {
     int64_t lo = 1, hi = 0;
@@ -99,9 +109,15 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
     }
     ti->lo[i] = (int32_t)lo;
     ti->hi[i] = (int32_t)hi;
-    ti->ipos[i] = (float)(r0 + i + seg->qpos_row0 + seg->off - (c0 + seg->kpos_col0));
+    ti->ipos[i] = i < rows ? (float)(r0 + i + seg->qpos_row0 + seg->off - (c0 + seg->kpos_col0)) : 0.0f;
   }
   if (!any) return 0;
+  for (int g = 1; g < nh; g++) { /* the other heads' lanes repeat the rows */
+    memcpy(ti->lo + g * rows, ti->lo, (size_t)rows * sizeof ti->lo[0]);
+    memcpy(ti->hi + g * rows, ti->hi, (size_t)rows * sizeof ti->hi[0]);
+    memcpy(ti->ipos + g * rows, ti->ipos, (size_t)rows * sizeof ti->ipos[0]);
+  }
+  ti->lanes = (used + 15) / 16 * 16;
   ti->elem = NULL;
   const attn_block_mask *bm = pb->block_mask;
   if (bm) {
@@ -109,43 +125,46 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
     int v = block_verdict(bm, qa, qa + rows - 1, ka, ka + nj - 1);
     if (v == 0) return 0;
     if (v == 2) {
-      fill_elem(bm, qa, rows, ka, nj, elem_buf);
+      fill_elem(bm, qa, rows, nh, ka, nj, elem_buf);
       ti->elem = elem_buf;
       partial = 1;
     }
   }
   ti->partial = partial;
   ti->softcap2 = pb->softcap > 0.0f ? pb->softcap * CPU_LOG2E : 0.0f;
-  ti->alibi2 = pb->alibi ? pb->alibi[h] * CPU_LOG2E : 0.0f;
+  ti->alibi = pb->alibi != NULL;
+  if (ti->alibi)
+    for (int L = 0; L < CPU_BR; L++)
+      ti->alibi2[L] = L < used ? pb->alibi[h + L / rows] * CPU_LOG2E : 0.0f;
   return 1;
 }
 
-/* 1 when row [D] of dtype t holds a NaN or an Inf. */
-static int row_nonfinite(const void *row, attn_dtype t, int64_t D) {
-  if (t == ATTN_F32) {
-    const float *x = row;
-    float acc = 0.0f;
-    for (int64_t d = 0; d < D; d++) acc += x[d] * 0.0f; /* NaN iff a NaN or Inf */
-    return acc != 0.0f;
-  }
-  const uint16_t *h = row, e = t == ATTN_BF16 ? 0x7F80u : 0x7C00u; /* all-ones exponent */
-  int bad = 0;
-  for (int64_t d = 0; d < D; d++) bad |= (h[d] & e) == e;
-  return bad;
+attn_status attn__cpu_flags_init(cpu_tile_flags *f, attn__view x, attn_dtype t, int64_t B,
+                                 int64_t S, int64_t H, int64_t D) {
+  *f = (cpu_tile_flags){x, t, S, H, D, (S + CPU_BC - 1) / CPU_BC, NULL};
+  f->flag = calloc((size_t)(B * H * f->nt) + 1, 1);
+  if (!f->flag)
+    return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags (%lld) allocation failed",
+                      (long long)(B * H * f->nt));
+  return ATTN_OK;
 }
 
-uint8_t *attn__cpu_nonfinite_tiles(attn__view x, attn_dtype t, int64_t B, int64_t S, int64_t H,
-                                   int64_t D) {
-  const int64_t nt = (S + CPU_BC - 1) / CPU_BC;
-  uint8_t *flags = calloc((size_t)(B * H * nt) + 1, 1); /* [B][H][nt] */
-  if (!flags) return NULL;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t s = 0; s < S; s++)
-        if (row_nonfinite(attn__cpu_row(x, t, b, s, h), t, D))
-          flags[(b * H + h) * nt + s / CPU_BC] = 1;
-  return flags;
+void attn__cpu_flags_free(cpu_tile_flags *f) {
+  free(f->flag);
+  f->flag = NULL;
+}
+
+int attn__cpu_tile_nonfinite(const cpu_tile_flags *f, const cpu_tile_ops *ops, int64_t b,
+                             int64_t h, int64_t tile) {
+  uint8_t *flag = &f->flag[(b * f->H + h) * f->nt + tile];
+  uint8_t v = __atomic_load_n(flag, __ATOMIC_RELAXED);
+  if (!v) {
+    int64_t s0 = tile * CPU_BC, rows = f->S - s0 < CPU_BC ? f->S - s0 : CPU_BC;
+    v = ops->nonfinite(attn__cpu_row(f->x, f->t, b, s0, h), f->x.ss, f->t, (int)rows, (int)f->D)
+            ? 2 : 1;
+    __atomic_store_n(flag, v, __ATOMIC_RELAXED);
+  }
+  return v == 2;
 }
 
 const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
