@@ -4,6 +4,9 @@
 #define ATTN_BENCH_H
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include "attnrun.h"
 
 /* One self-attention problem, B = 1, Sq = Skv = n, Hq = Hkv = h, Dqk = Dv = d. */
 typedef struct {
@@ -27,5 +30,34 @@ double bench_check_bwd(const bench_problem *p, int *with_k);
  * each n*n floats. */
 void unfused_fwd(const bench_problem *p, float *s);
 void unfused_bwd(const bench_problem *p, float *s, float *ds);
+
+/* Unfused decode: for each KV head, S = scale·Q_g Kᵀ over its query heads' rows through
+ * cblas_sgemm (K strided in place), one softmax pass over every row, O_g = P V. q, o
+ * [1, sq, hq, d]; k, v [1, skv, hkv, d]; s [hq*sq, skv + d] scratch. */
+void unfused_decode(const float *q, const float *k, const float *v, float *o, int64_t sq,
+                    int64_t skv, int64_t hq, int64_t hkv, int64_t d, float *s);
+/* Sum of x [n] (vectorised, OpenMP threads): reading n floats once, the memory floor. */
+float bench_read_sum(const float *x, int64_t n);
+
+/* ---- timing (timing.c) ------------------------------------------------------------------ */
+typedef struct {
+  double med, min;
+  int reps;
+} bench_timing;
+typedef void (*bench_run_fn)(void *arg);
+double bench_now_s(void); /* CLOCK_MONOTONIC */
+/* One warm-up, then at least min_reps timed runs (at most BENCH_MAX_REPS), more while
+ * within budget_s. The caller has already run and validated once. */
+#define BENCH_MAX_REPS 25
+bench_timing bench_time(bench_run_fn fn, void *arg, double budget_s, int min_reps);
+/* count floats uniform in [-amp, amp) from a counter-based hash of (seed, index). */
+void bench_fill(float *x, int64_t count, uint64_t seed, float amp);
+
+/* ---- decode (decode.c) ------------------------------------------------------------------ */
+/* Short queries against a long K/V (decode, speculative steps): attnrun against the
+ * unfused BLAS decode and the time to read K and V once, side by side; a table on stdout,
+ * JSON lines to json (may be NULL). Returns 1 when a run failed its check. */
+int bench_decode(attn_ctx_t ctx, int64_t skv, int threads, double budget_s, int min_reps,
+                 FILE *json, const char *git);
 
 #endif

@@ -28,20 +28,14 @@ void openblas_set_num_threads(int num_threads);
 #endif
 
 #define MAX_LIST 8
-#define MAX_REPS 25
 typedef struct {
   int threads, heads, heads_large, min_reps, quick;
   double budget_s, mem_gib;
   int64_t seqs[MAX_LIST], dims[MAX_LIST], causals[MAX_LIST];
   int nseq, ndim, ncausal;
-  int64_t rss_seq, dtype_seq;
+  int64_t rss_seq, dtype_seq, decode_kv;
   const char *json;
 } options;
-
-typedef struct {
-  double med, min;
-  int reps;
-} timing;
 
 static FILE *g_json;
 static const char *g_core = "unknown";
@@ -53,29 +47,10 @@ static void die(const char *what) {
   exit(1);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static float *alloc_f32(int64_t count) {
   void *ptr = NULL;
   if (posix_memalign(&ptr, 64, (size_t)(count > 0 ? count : 1) * sizeof(float))) return NULL;
   return ptr;
-}
-
-/* Uniform in [-1, 1) times amp, from a counter-based hash of (seed, index). amp = sqrt(3)
- * gives unit variance, so scores q.k/sqrt(d) have unit variance too. */
-static void fill_uniform(float *x, int64_t count, uint64_t seed, float amp) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i++) {
-    uint64_t z = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i + 1;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    x[i] = amp * (float)((double)(z >> 40) * (2.0 / 16777216.0) - 1.0);
-  }
 }
 
 static void poison(float *x, int64_t count) { memset(x, 0xff, (size_t)count * sizeof(float)); }
@@ -149,13 +124,15 @@ static void usage(FILE *f) {
           "  --rss-seq N      peak-RSS forward at N (default 64K; 0: skip)\n"
           "  --dtype-seq N    float32 / bf16 / f16 storage side by side at N (default 4K;\n"
           "                   0: skip), over --dims and --causal\n"
+          "  --decode-kv N    decode: 1, 4, 16 query rows against N keys (default 32K; 0:\n"
+          "                   skip), GQA 32/8, MQA 8/1 and MHA 32/32, d = 128\n"
           "  --quick          a smoke run: N = 1K (unless --seq), RSS at 16K\n"
           "  --json FILE      also append JSON lines to FILE\n");
 }
 
 static options parse_args(int argc, char **argv) {
   options o = {2, 8, 2, 3, 0, 1.5, 4.0, {1024, 4096, 16384}, {64, 128}, {0, 1},
-               3, 2, 2, 65536, 4096, NULL};
+               3, 2, 2, 65536, 4096, 32768, NULL};
   int seq_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -174,6 +151,7 @@ static options parse_args(int argc, char **argv) {
     else if (!strcmp(a, "--mem-gib")) o.mem_gib = atof(v);
     else if (!strcmp(a, "--rss-seq")) o.rss_seq = parse_size(v);
     else if (!strcmp(a, "--dtype-seq")) o.dtype_seq = parse_size(v);
+    else if (!strcmp(a, "--decode-kv")) o.decode_kv = parse_size(v);
     else if (!strcmp(a, "--json")) o.json = v;
     else used = -1;
     if (used < 0) {
@@ -187,11 +165,12 @@ static options parse_args(int argc, char **argv) {
     if (!seq_given) o.nseq = 1, o.seqs[0] = 1024;
     if (o.rss_seq > 16384) o.rss_seq = 16384;
     if (o.dtype_seq > 1024) o.dtype_seq = 1024;
+    if (o.decode_kv > 4096) o.decode_kv = 4096;
   }
   if (o.threads < 1 || o.heads < 1 || o.heads_large < 1 || o.min_reps < 1 ||
-      o.min_reps > MAX_REPS || !o.nseq || !o.ndim || !o.ncausal) {
+      o.min_reps > BENCH_MAX_REPS || !o.nseq || !o.ndim || !o.ncausal) {
     fprintf(stderr, "bench_cpu: threads, heads and every list must be positive, reps 1..%d\n",
-            MAX_REPS);
+            BENCH_MAX_REPS);
     exit(2);
   }
   return o;
@@ -250,33 +229,6 @@ static void fix_env(char **argv, int threads) {
   omp_set_num_threads(threads);
 }
 
-/* ---- timing -------------------------------------------------------------------------- */
-typedef void (*run_fn)(void *arg);
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* One warm-up, then at least min_reps timed runs, more while within the budget. The
- * caller has already run and validated once. */
-static timing time_runs(run_fn fn, void *arg, const options *o) {
-  double t0 = now_s();
-  fn(arg);
-  double warm = now_s() - t0;
-  int reps = warm > 0 && o->budget_s / warm < MAX_REPS ? (int)(o->budget_s / warm) : MAX_REPS;
-  if (reps < o->min_reps) reps = o->min_reps;
-  double t[MAX_REPS];
-  for (int r = 0; r < reps; r++) {
-    t0 = now_s();
-    fn(arg);
-    t[r] = now_s() - t0;
-  }
-  qsort(t, (size_t)reps, sizeof(double), cmp_double);
-  timing res = {reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]), t[0], reps};
-  return res;
-}
-
 /* ---- SGEMM --------------------------------------------------------------------------- */
 typedef struct {
   int m, n, k, trans_b;
@@ -314,14 +266,14 @@ static double bench_sgemm(const char *label, const char *phase, int m, int n, in
   sgemm_arg g = {m, n, k, trans_b, alloc_f32((int64_t)m * k), alloc_f32((int64_t)k * n),
                  alloc_f32((int64_t)m * n)};
   if (!g.a || !g.b || !g.c) die("out of memory for SGEMM");
-  fill_uniform(g.a, (int64_t)m * k, 101, 1.0f);
-  fill_uniform(g.b, (int64_t)k * n, 102, 1.0f);
+  bench_fill(g.a, (int64_t)m * k, 101, 1.0f);
+  bench_fill(g.b, (int64_t)k * n, 102, 1.0f);
   poison(g.c, (int64_t)m * n);
   sgemm_run(&g);
   double err = sgemm_check(&g);
   int bad = !(err <= 1e-5);
   g_failed |= bad;
-  timing t = time_runs(sgemm_run, &g, o);
+  bench_timing t = bench_time(sgemm_run, &g, o->budget_s, o->min_reps);
   double flops = 2.0 * m * n * k, gf = flops / t.med * 1e-9;
   if (label)
     printf("  %-24s %5d %5d %5d %9.2f %9.2f %9.1f %9.1f %8.1e%s\n", label, m, n, k, t.med * 1e3,
@@ -355,7 +307,7 @@ typedef struct {
 } attn_arg;
 
 typedef struct {
-  timing t;
+  bench_timing t;
   double err, gflops, gflops_computed;
   int with_k;
 } result;
@@ -401,7 +353,7 @@ static result measure(attn_arg *a, double flops, double flops_computed, const op
   if (a->dtype != ATTN_F32 && a->dir == DIR_FWD) /* O as float32 for the check */
     for (int64_t i = 0; i < count; i++) p->o[i] = half_value(a->lp[4][i], a->dtype);
   r.err = a->dir == DIR_FWD ? bench_check_fwd(p) : bench_check_bwd(p, &r.with_k);
-  r.t = time_runs(attn_run, a, o);
+  r.t = bench_time(attn_run, a, o->budget_s, o->min_reps);
   if (a->impl == IMPL_OURS) flops_computed = a->stats.flops_computed;
   r.gflops = flops / r.t.med * 1e-9;
   r.gflops_computed = flops_computed / r.t.med * 1e-9;
@@ -465,10 +417,10 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
                      alloc_f32(count), alloc_f32(h * n)};
   if (!p.q || !p.k || !p.v || !p.dout || !p.o || !p.dq || !p.dk || !p.dv || !p.lse)
     die("out of memory for the attention inputs");
-  fill_uniform(p.q, count, 1, UNIT_AMP);
-  fill_uniform(p.k, count, 2, UNIT_AMP);
-  fill_uniform(p.v, count, 3, UNIT_AMP);
-  fill_uniform(p.dout, count, 4, UNIT_AMP);
+  bench_fill(p.q, count, 1, UNIT_AMP);
+  bench_fill(p.k, count, 2, UNIT_AMP);
+  bench_fill(p.v, count, 3, UNIT_AMP);
+  bench_fill(p.dout, count, 4, UNIT_AMP);
   attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}, ATTN_F32,
                 {NULL}};
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
@@ -522,7 +474,7 @@ static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
     die("out of memory for the dtype runs");
   float *in[4] = {p.q, p.k, p.v, p.dout};
   for (int i = 0; i < 4; i++) {
-    fill_uniform(in[i], count, (uint64_t)i + 1, UNIT_AMP);
+    bench_fill(in[i], count, (uint64_t)i + 1, UNIT_AMP);
     for (int64_t x = 0; x < count; x++) in[i][x] = half_value(half_bits(in[i][x], ATTN_BF16), ATTN_BF16);
   }
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
@@ -601,17 +553,17 @@ static int rss_child_main(char **argv) {
   bench_problem p = {n, h, d, causal, alloc_f32(count), alloc_f32(count), alloc_f32(count),
                      NULL, alloc_f32(count), NULL, NULL, NULL, alloc_f32(h * n)};
   if (!p.q || !p.k || !p.v || !p.o || !p.lse) die("out of memory in the RSS child");
-  fill_uniform(p.q, count, 1, UNIT_AMP);
-  fill_uniform(p.k, count, 2, UNIT_AMP);
-  fill_uniform(p.v, count, 3, UNIT_AMP);
+  bench_fill(p.q, count, 1, UNIT_AMP);
+  bench_fill(p.k, count, 2, UNIT_AMP);
+  bench_fill(p.v, count, 3, UNIT_AMP);
   attn_arg a = {ctx, ATTN_SPEC_INIT, &p, IMPL_OURS, DIR_FWD, NULL, NULL, {0, 0, 0}, ATTN_F32,
                 {NULL}};
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
   a.spec.causal = causal;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   attn_run(&a);
-  double t = now_s() - t0;
+  double t = bench_now_s() - t0;
   int64_t peak = vm_hwm_bytes();
   printf("RSS %lld %lld %.6f %.6g %.6g\n", (long long)peak, (long long)base, t,
          bench_check_fwd(&p), a.stats.flops_computed);
@@ -728,6 +680,17 @@ int main(int argc, char **argv) {
     for (int j = 0; j < o.ndim; j++)
       for (int c = 0; c < o.ncausal; c++)
         bench_dtypes(ctx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
+  }
+  if (o.decode_kv > 0) {
+    printf("\nDecode, attnrun, B=1, d=128, fp32: Sq query rows of Hq heads against Skv keys of Hkv "
+           "heads (no mask). 'read': reading K and V once\n  (a vectorised sum, the memory "
+           "floor), its ms and GB/s; ours: ms, GB/s of K+V, x read (read time / ours), GFLOP/s "
+           "(4·Sq·Skv·Hq·d: many rows make it compute-bound); '/unfused': its time / ours.\n");
+    printf("%3s %3s %3s %6s | %8s %7s %6s %7s %-9s| %8s %-9s| %7s %7s | %8s\n", "Hq", "Hkv",
+           "Sq", "Skv", "ours ms", "GB/s", "x read", "GFLOP/s", "err", "unf. ms", "err",
+           "read ms", "GB/s", "/unfused");
+    g_failed |= bench_decode(ctx, o.decode_kv, o.threads, o.budget_s, o.min_reps, g_json,
+                             BENCH_GIT_SHA);
   }
   attn_ctx_destroy(ctx);
   /* The machine may be shared: a second reference measurement shows drift. */

@@ -1,5 +1,7 @@
-/* unfused.c — the baseline: attention with materialised N×N scores through cblas_sgemm,
- * one head at a time, as a framework's "math" path computes it.
+/* unfused.c — the baselines: attention with materialised N×N scores through cblas_sgemm,
+ * one head at a time, as a framework's "math" path computes it; its decode form (a few
+ * query rows per head, the group's heads in one GEMM); and a plain read of an array, the
+ * memory floor of decode.
  *
  * Forward: S = scale·Q Kᵀ, P = softmax(mask(S)), O = P V. Backward recomputes P from the
  * LSE (as flash does, so its FLOPs follow the same 2.5× rule): dV = Pᵀ dO, dP = dO Vᵀ,
@@ -87,4 +89,40 @@ void unfused_bwd(const bench_problem *p, float *s /* [n, n] */, float *ds /* [n,
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, n, scale, ds, n, p->q + off,
                 ld, 0.0f, p->dk + off, ld);
   }
+}
+
+void unfused_decode(const float *q, const float *k, const float *v, float *o, int64_t sq,
+                    int64_t skv, int64_t hq, int64_t hkv, int64_t d, float *s /* [hq*sq, skv + d] */) {
+  const int64_t G = hq / hkv, rows = G * sq, n = hq * sq;
+  const float scale = 1.0f / sqrtf((float)d);
+  float *qg = s + n * skv; /* [hkv][G*sq][d] Q rows of each group, then O rows */
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < sq; i++)
+    for (int64_t h = 0; h < hq; h++) {
+      float *dst = qg + ((h / G) * rows + (h % G) * sq + i) * d; /* [d] */
+      for (int64_t c = 0; c < d; c++) dst[c] = q[(i * hq + h) * d + c];
+    }
+  for (int64_t g = 0; g < hkv; g++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)skv, (int)d, scale,
+                qg + g * rows * d, (int)d, k + g * d, (int)(hkv * d), 0.0f, s + g * rows * skv,
+                (int)skv);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < n; r++) softmax_row(s + r * skv, skv, skv);
+  for (int64_t g = 0; g < hkv; g++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)skv, 1.0f,
+                s + g * rows * skv, (int)skv, v + g * d, (int)(hkv * d), 0.0f, qg + g * rows * d,
+                (int)d);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < sq; i++)
+    for (int64_t h = 0; h < hq; h++) {
+      const float *src = qg + ((h / G) * rows + (h % G) * sq + i) * d; /* [d] */
+      for (int64_t c = 0; c < d; c++) o[(i * hq + h) * d + c] = src[c];
+    }
+}
+
+BENCH_CLONES float bench_read_sum(const float *x, int64_t n) {
+  float sum = 0.0f;
+#pragma omp parallel for simd reduction(+ : sum) schedule(static)
+  for (int64_t i = 0; i < n; i++) sum += x[i];
+  return sum;
 }
