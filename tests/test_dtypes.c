@@ -263,26 +263,20 @@ static void api(void) {
   for (int dt = ATTN_BF16; dt <= ATTN_F16; dt++) specials(dt);
 }
 
+/* The scalar path: a flag sweep, the shapes and the API cases. */
+static void scalar(void) {
+  sweep_flags(1, 113, 203, 3, 1, 32, 24, (const int32_t[]){40, 1, 72},
+              (const int32_t[]){70, 33, 100});
+  shapes();
+  api();
+}
+
 int main(int argc, char **argv) {
-  const char *part = argc > 1 ? argv[1] : "flags";
-  int scalar = !strcmp(part, "scalar");
-  ctx = tc_ctx(scalar, 2);
-  printf("backend %s, part %s\n", attn_ctx_backend_name(ctx), part);
-  if (!strcmp(part, "flags")) flags();
-  else if (!strcmp(part, "shapes")) shapes();
-  else if (scalar) {
-    sweep_flags(1, 113, 203, 3, 1, 32, 24, (const int32_t[]){40, 1, 72},
-                (const int32_t[]){70, 33, 100});
-    shapes();
-    api();
-  } else if (!strcmp(part, "block")) block();
-  else if (!strcmp(part, "api")) api();
-  else {
-    fprintf(stderr, "unknown part %s\n", part);
-    return 2;
-  }
+  static const tu_part parts[] = {{"flags", flags}, {"shapes", shapes}, {"scalar", scalar},
+                                  {"block", block}, {"api", api}};
+  ctx = tc_ctx(argc > 1 && !strcmp(argv[1], "scalar"), 2);
+  printf("backend %s\n", attn_ctx_backend_name(ctx));
+  int rc = tu_run_parts("test_dtypes", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
   attn_ctx_destroy(ctx);
-  char name[64];
-  snprintf(name, sizeof name, "test_dtypes %s", part);
-  return tu_finish(name);
+  return rc;
 }

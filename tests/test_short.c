@@ -113,15 +113,6 @@ static void sweep_pairs(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *part = argc > 1 ? argv[1] : "flags";
-  printf("part %s\n", part);
-  if (!strcmp(part, "flags")) sweep_flags();
-  else if (!strcmp(part, "pair")) sweep_pairs();
-  else {
-    fprintf(stderr, "unknown part %s\n", part);
-    return 2;
-  }
-  char name[64];
-  snprintf(name, sizeof name, "test_short %s", part);
-  return tu_finish(name);
+  static const tu_part parts[] = {{"flags", sweep_flags}, {"pair", sweep_pairs}};
+  return tu_run_parts("test_short", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
 }

@@ -113,20 +113,12 @@ static void sweep_masks(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *part = argc > 1 ? argv[1] : "shapes";
-  int scalar = !strcmp(part, "flags_scalar");
-  ctx = tc_ctx(scalar, 2);
-  printf("backend %s, part %s\n", attn_ctx_backend_name(ctx), part);
-  if (!strcmp(part, "shapes")) sweep_shapes();
-  else if (!strcmp(part, "dims")) sweep_dims();
-  else if (!strcmp(part, "flags") || scalar) sweep_flags();
-  else if (!strcmp(part, "masks")) sweep_masks();
-  else {
-    fprintf(stderr, "unknown part %s\n", part);
-    return 2;
-  }
+  static const tu_part parts[] = {{"shapes", sweep_shapes}, {"dims", sweep_dims},
+                                  {"flags", sweep_flags},   {"flags_scalar", sweep_flags},
+                                  {"masks", sweep_masks}};
+  ctx = tc_ctx(argc > 1 && !strcmp(argv[1], "flags_scalar"), 2);
+  printf("backend %s\n", attn_ctx_backend_name(ctx));
+  int rc = tu_run_parts("test_sweep", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
   attn_ctx_destroy(ctx);
-  char name[64];
-  snprintf(name, sizeof name, "test_sweep %s", part);
-  return tu_finish(name);
+  return rc;
 }

@@ -16,6 +16,21 @@ int tu_finish(const char *test_name) {
   return 0;
 }
 
+int tu_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count) {
+  const char *part = argc > 1 ? argv[1] : parts[0].name;
+  for (int i = 0; i < count; i++)
+    if (!strcmp(part, parts[i].name)) {
+      parts[i].run();
+      char name[128];
+      snprintf(name, sizeof name, "%s %s", test, part);
+      return tu_finish(name);
+    }
+  fprintf(stderr, "%s: unknown part %s (parts:", test, part);
+  for (int i = 0; i < count; i++) fprintf(stderr, " %s", parts[i].name);
+  fprintf(stderr, ")\n");
+  return 2;
+}
+
 tu_rng tu_rng_make(uint64_t seed) {
   tu_rng r = {seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
   return r;

@@ -21,6 +21,13 @@ extern int tu_failures;
   } while (0)
 /* Prints a summary line and returns the process exit code. */
 int tu_finish(const char *test_name);
+/* A test binary's parts, one ctest entry each: runs the part argv[1] names (default: the
+ * first) and returns tu_finish("<test> <part>"); an unknown part lists them and returns 2. */
+typedef struct {
+  const char *name;
+  void (*run)(void);
+} tu_part;
+int tu_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count);
 
 /* ---- RNG: splitmix64, deterministic across platforms -------------------------------- */
 typedef struct {

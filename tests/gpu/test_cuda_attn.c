@@ -599,7 +599,15 @@ static void quick(void) {
                 .lkv = lkv, .bq = 16, .bk = 32, .softcap = 3.0f, .dtype = ATTN_F16}, 1);
 }
 
+static void sweep_fwd(void) { sweep_shapes(0); }
+static void sweep_bwd(void) { sweep_shapes(1); }
+
 int main(int argc, char **argv) {
+  static const tu_part parts[] = {
+      {"quick", quick},         {"fwd", sweep_fwd},       {"bwd", sweep_bwd},
+      {"flags", sweep_flags},   {"masks", sweep_masks},   {"windows", sweep_windows},
+      {"block", check_block},   {"empty", check_empty},   {"det", check_det},
+      {"api", check_api},       {"dims", sweep_wide_dims}, {"f32", sweep_f32}};
   const char *part = argc > 1 ? argv[1] : "quick";
   if (!td_available()) {
     printf("test_cuda_attn %s: no CUDA device, skipped\n", part);
@@ -608,23 +616,5 @@ int main(int argc, char **argv) {
   /* ATTN_EMU_FULL=1 runs the GPU's full case lists on the emulator too (slow). */
   E = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
   printf("test_cuda_attn %s on %s; head dims built: %s\n", part, td_name(), attn_cuda_head_dims());
-  if (!strcmp(part, "fwd")) sweep_shapes(0);
-  else if (!strcmp(part, "bwd")) sweep_shapes(1);
-  else if (!strcmp(part, "flags")) sweep_flags();
-  else if (!strcmp(part, "masks")) sweep_masks();
-  else if (!strcmp(part, "windows")) sweep_windows();
-  else if (!strcmp(part, "block")) check_block();
-  else if (!strcmp(part, "empty")) check_empty();
-  else if (!strcmp(part, "det")) check_det();
-  else if (!strcmp(part, "api")) check_api();
-  else if (!strcmp(part, "quick")) quick();
-  else if (!strcmp(part, "dims")) sweep_wide_dims();
-  else if (!strcmp(part, "f32")) sweep_f32();
-  else {
-    fprintf(stderr, "unknown part %s (fwd|bwd|flags|windows|masks|block|empty|det|api|quick|dims|f32)\n", part);
-    return 2;
-  }
-  char name[64];
-  snprintf(name, sizeof name, "test_cuda_attn %s", part);
-  return tu_finish(name);
+  return tu_run_parts("test_cuda_attn", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
 }
