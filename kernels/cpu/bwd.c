@@ -51,7 +51,7 @@ typedef struct {
 /* Q^T, dO^T, lse and delta of head h, lane-major per query tile. */
 static void pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
   const attn__problem *pb = jb->pb;
-  const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+  const float qs = attn__cpu_q_scale(pb);
   for (int64_t t = 0; t < jb->ntiles; t++) {
     const qtile *qt = &jb->tiles[t];
     float *qd = w->qt + t * pb->Dqk * CPU_BR, *od = w->dot + t * pb->Dv * CPU_BR;

@@ -106,6 +106,12 @@ typedef struct {
 /* Segments of pb (caller frees *out). */
 attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *count);
 
+/* The factor Q is packed with: scores come out in log2 units, or as s/cap for softcap
+ * (whose tanh comes first; the cap*log2e factor is applied after it). */
+static inline float attn__cpu_q_scale(const attn__problem *pb) {
+  return pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+}
+
 /* Query heads of one GQA group that share a tile's lanes when it has `rows` rows: all of
  * them that fit in CPU_BR lanes (1 for full tiles). Decode and short varlen sequences
  * then load each K/V tile once for the group instead of once a head. */

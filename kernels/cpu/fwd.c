@@ -58,7 +58,7 @@ static const float *lane_rows(const fwd_job *jb, const fwd_item *it, attn__view 
 
 static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
-  const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+  const float qs = attn__cpu_q_scale(pb);
   int64_t ld;
   const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
   jb->ops->pack_t(w->qt, q, ld, it->nh * it->rows, (int)pb->Dqk, qs);
@@ -74,7 +74,7 @@ static float *rows_o(const attn__problem *pb, fwd_work *w) {
 /* The row kernels' Q rows (scaled) and O rows (from w->ot, the state) of the item. */
 static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
-  const float qs = pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
+  const float qs = attn__cpu_q_scale(pb);
   const int u = it->nh * it->rows;
   int64_t ld;
   const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
