@@ -210,14 +210,6 @@ static attn_status make_tiles(const attn__problem *pb, const cpu_segment *segs, 
   return ATTN_OK;
 }
 
-/* Splits per (batch, KV head) so that there are at least as many units as threads. */
-static int choose_splits(const attn__problem *pb, int threads) {
-  int64_t units = pb->B * pb->Hkv, nkt = (pb->skv + CPU_BC - 1) / CPU_BC;
-  int64_t s = (threads + units - 1) / units;
-  if (s > nkt) s = nkt;
-  return s < 1 ? 1 : (int)s;
-}
-
 static attn_status run_units(bwd_job *jb, int threads) {
   const attn__problem *pb = jb->pb;
   int64_t nunits = pb->B * pb->Hkv * jb->nsplit;
@@ -275,7 +267,9 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK_GOTO(attn__cpu_flags_init(&kbad, pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk),
                   st, done);
   jb.kbad = &kbad;
-  jb.nsplit = choose_splits(pb, be->threads > 64 ? 64 : be->threads);
+  /* Splits per (batch, KV head) so that there are at least as many units as threads. */
+  jb.nsplit = attn__cpu_splits(pb->B * pb->Hkv, be->threads > 64 ? 64 : be->threads,
+                               (pb->skv + CPU_BC - 1) / CPU_BC);
   dqs[0] = dq;
   if (jb.nsplit > 1) {
     size_t one = (size_t)(pb->B * pb->sq * pb->Hq * pb->Dqk); /* [B, sq, Hq, Dqk] */

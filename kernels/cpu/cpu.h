@@ -112,6 +112,14 @@ static inline float attn__cpu_q_scale(const attn__problem *pb) {
   return pb->softcap > 0.0f ? pb->scale / pb->softcap : pb->scale * CPU_LOG2E;
 }
 
+/* Key splits so that `units` work units become about `threads`: ceil(threads / units),
+ * within [1, max_splits]. */
+static inline int attn__cpu_splits(int64_t units, int threads, int64_t max_splits) {
+  int64_t s = units > 0 ? (threads + units - 1) / units : 1;
+  if (s > max_splits) s = max_splits;
+  return s < 1 ? 1 : (int)s;
+}
+
 /* Query heads of one GQA group that share a tile's lanes when it has `rows` rows: all of
  * them that fit in CPU_BR lanes (1 for full tiles). Decode and short varlen sequences
  * then load each K/V tile once for the group instead of once a head. */

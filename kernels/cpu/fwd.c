@@ -289,11 +289,8 @@ static attn_status make_items(const attn__problem *pb, const cpu_segment *segs, 
  * (split 0 starts from the block state), merged afterwards in split order: the result
  * depends on the thread count only through that choice. */
 static int choose_splits(const attn__problem *pb, int64_t nitems, int threads) {
-  if (nitems <= 0 || nitems >= threads) return 1;
-  int64_t s = (threads + nitems - 1) / nitems, tiles = (pb->skv + CPU_BC - 1) / CPU_BC;
-  if (s > tiles / 2) s = tiles / 2; /* at least two tiles a split */
-  if (s > 64) s = 64;
-  return s < 1 ? 1 : (int)s;
+  int64_t tiles = (pb->skv + CPU_BC - 1) / CPU_BC, most = tiles / 2; /* two tiles a split */
+  return attn__cpu_splits(nitems, threads, most < 64 ? most : 64);
 }
 
 /* A unit's partial state: m, l [CPU_BR] and ot [Dv][CPU_BR], then the tiles computed. */
