@@ -316,9 +316,9 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
   if (!fa_get_tile(p, (int)blockIdx.x, Q_BM, (int)p.sq, tile)) return;
   const fa_seg s = fa_make_seg(p, tile.seg);
   const int R0 = tile.r0;
-  const int rows = tile.rows, wr0 = 16 * warp;
+  const int rows = tile.rows, wr0 = 16 * warp, rlast = R0 + rows - 1;
   fa_qrows q;
-  fa_qrows_init(p, FA_CAUSAL, s, R0, rows, wr0, lane, q);
+  fa_qrows_init(p, FA_CAUSAL, s, R0, rows, 1, wr0, lane, q);
   const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
   float lse2[2], dlt[2];
   FA_UNROLL
@@ -355,7 +355,7 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
     if (have_next) Q_LOAD_KV(nxt, (it + 1) & 1);
     fa_cp_commit();
 
-    const int mode = fa_qwarp_mode(p, s, q, R0, wr0, cur, Q_BN);
+    const int mode = fa_qwarp_mode(p, s, q, R0, 1, wr0, cur, Q_BN);
     if (mode) {
       const int ca = cur.ca, cb = cur.cb;
       const fa_elem *kb = sK + (it & 1) * Q_BN * SQK, *vb = sV + (it & 1) * Q_BN * SV;

@@ -25,6 +25,14 @@ static inline fa_params fa_fwd_params(const fa_call *c) {
     p.st_acc = c->st->acc;
     p.st_rows = c->st->rows;
   }
+  if (c->pack > 1) p.pack = c->pack;
+  if (c->nsplit > 1) {
+    const int64_t rows = FA_PART_ROWS(c->pb);
+    p.nsplit = c->nsplit;
+    p.part_m = c->part;
+    p.part_l = c->part + c->nsplit * rows;
+    p.part_acc = c->part + 2 * c->nsplit * rows;
+  }
   return p;
 }
 
@@ -135,18 +143,18 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
 #define SV (DV + FA_PAD)   /* of V / dO tiles */
 
 /* Loads key tile T (K and V rows [T.ca, T.cb)) into buffer BUF of sK/sV; rows outside the
- * tile or seen by no query row R0..R0+rows-1 of the CTA are zero-filled, so NaN/Inf in
- * them cannot reach a product. Uses gK, gV, sK, sV, p, s, R0, rows, tid of the kernel. */
+ * tile or seen by no query position R0..rlast of the CTA are zero-filled, so NaN/Inf in
+ * them cannot reach a product. Uses gK, gV, sK, sV, p, s, R0, rlast, tid of the kernel. */
 #define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS)                                                 \
   do {                                                                                        \
     const fa_ktile &T_ = (T);                                                                 \
     const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
     FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid,             \
                  r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
     FA_LOAD_ROWS(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid,                \
                  r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, R0 + rows - 1))); \
+                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
   } while (0)
 
 /* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A
@@ -208,14 +216,15 @@ FA_DEV void fa_state_load(const fa_params &p, int64_t row, int i, int tg, float 
   }
 }
 
-/* The same back, after the quad's l shares are summed (every lane holds the row's l). */
-FA_DEV void fa_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
-                           const float (&m)[2], const float (&l)[2]) {
+/* The same back into state arrays sm / sl / sacc (the carried state, or a key split's
+ * partial one), after the quad's l shares are summed (every lane holds the row's l). */
+FA_DEV void fa_state_put(float *sm, float *sl, float *sacc, int64_t row, int i, int tg,
+                         const float *acc, const float (&m)[2], const float (&l)[2]) {
   if (tg == 0) {
-    p.st_m[row] = m[i] / FA_LOG2E;
-    p.st_l[row] = l[i];
+    sm[row] = m[i] / FA_LOG2E;
+    sl[row] = l[i];
   }
-  float *a = p.st_acc + row * DV;
+  float *a = sacc + row * DV;
   FA_UNROLL
   for (int n = 0; n < DV / 8; n++) {
     a[n * 8 + 2 * tg] = acc[4 * n + 2 * i];
@@ -223,25 +232,37 @@ FA_DEV void fa_state_store(const fa_params &p, int64_t row, int i, int tg, const
   }
 }
 
+FA_DEV void fa_state_store(const fa_params &p, int64_t row, int i, int tg, const float *acc,
+                           const float (&m)[2], const float (&l)[2]) {
+  fa_state_put(p.st_m, p.st_l, p.st_acc, row, i, tg, acc, m, l);
+}
+
 FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_t h) {
   return (const fa_elem *)v.p + b * v.sb + s * v.ss + h * v.sh;
 }
 
-/* Rows [0, nrows) of a [rows][D] tile from global rows src + r*stride (r < valid_rows and
- * keep(r)), zero elsewhere; smem row stride ld. All threads of the CTA take part. */
-#define FA_LOAD_ROWS(dst, ld, src, stride, D, nrows, nthreads, tid, KEEP)              \
+/* Rows [0, nrows) of a [rows][D] tile from the global rows ROW (an expression in r_, the
+ * tile row) where KEEP (also in r_) holds, zero elsewhere; smem row stride ld; src: any
+ * valid address (the source of the zero fills). All threads of the CTA take part. */
+#define FA_LOAD_ROWS_AT(dst, ld, src, ROW, D, nrows, nthreads, tid, KEEP)               \
   do {                                                                                  \
     for (int i_ = (tid); i_ < (nrows) * ((D) / 8); i_ += (nthreads)) {                  \
       const int r_ = i_ / ((D) / 8), c_ = i_ % ((D) / 8);                               \
       const int ok_ = (KEEP);                                                           \
-      fa_cp_async16((dst) + r_ * (ld) + c_ * 8, ok_ ? (src) + r_ * (stride) + c_ * 8 : (src), ok_); \
+      fa_cp_async16((dst) + r_ * (ld) + c_ * 8, ok_ ? (ROW) + c_ * 8 : (src), ok_);     \
     }                                                                                   \
   } while (0)
+/* The same from rows src + r*stride. */
+#define FA_LOAD_ROWS(dst, ld, src, stride, D, nrows, nthreads, tid, KEEP) \
+  FA_LOAD_ROWS_AT(dst, ld, src, (src) + r_ * (stride), D, nrows, nthreads, tid, KEEP)
 
-/* Key ranges of a query-major CTA (rows [R0, R0 + rows) of one segment) as seen by one
- * thread: the CTA's first and last rows, its warp's first and last rows, the lane's vote
- * row (lane % 16 of the warp) and the thread's two accumulator rows g and g + 8. They do
- * not depend on the key tile, so they are computed once. */
+/* Key ranges of a query-major CTA (positions [R0, R0 + npos) of one segment, `pack` query
+ * heads each: tile row r is position R0 + r / pack, head r % pack of the CTA's; pack = 1
+ * but in the packed-GQA forward) as seen by one thread: the CTA's first and last
+ * positions, its warp's first and last rows, the lane's vote row (lane % 16 of the warp)
+ * and the thread's two accumulator rows g and g + 8. Positions grow with the row, so the
+ * first and last rows bound every range. They do not depend on the key tile, so they are
+ * computed once. */
 struct fa_qrows {
   int lo_first, hi_first, lo_last, hi_last;
   int kc0, kc1; /* keys any row may see */
@@ -252,11 +273,11 @@ struct fa_qrows {
   int qblk[2]; /* block-mask query block of the row */
 };
 
-FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R0, int rows,
-                          int wr0, int lane, fa_qrows &q) {
-  const int g = lane / 4;
+FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R0, int npos,
+                          int pack, int wr0, int lane, fa_qrows &q) {
+  const int g = lane / 4, rows = npos * pack;
   fa_row_keys(p, causal, s, R0, q.lo_first, q.hi_first);
-  fa_row_keys(p, causal, s, R0 + rows - 1, q.lo_last, q.hi_last);
+  fa_row_keys(p, causal, s, R0 + npos - 1, q.lo_last, q.hi_last);
   q.kc0 = fa_max(q.lo_first, s.c0);
   q.kc1 = fa_min(q.hi_last + 1, s.c1);
   q.wn = rows - wr0 < 0 ? 0 : rows - wr0 > 16 ? 16 : rows - wr0;
@@ -266,27 +287,31 @@ FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R
   q.vhi = 0;
   if (q.wn > 0) {
     int x, y;
-    fa_row_keys(p, causal, s, R0 + wr0 + q.wn - 1, q.wlo_last, x);
-    fa_row_keys(p, causal, s, R0 + wr0, y, q.whi_first);
-    if ((lane & 15) < q.wn) fa_row_keys(p, causal, s, R0 + wr0 + (lane & 15), q.vlo, q.vhi);
+    fa_row_keys(p, causal, s, R0 + (wr0 + q.wn - 1) / pack, q.wlo_last, x);
+    fa_row_keys(p, causal, s, R0 + wr0 / pack, y, q.whi_first);
+    if ((lane & 15) < q.wn)
+      fa_row_keys(p, causal, s, R0 + (wr0 + (lane & 15)) / pack, q.vlo, q.vhi);
   }
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
-    const int r = wr0 + g + 8 * i;
+    const int r = wr0 + g + 8 * i, pos = R0 + r / pack;
     q.lo_r[i] = (int)p.skv;
     q.hi_r[i] = -1;
-    if (r < rows) fa_row_keys(p, causal, s, R0 + r, q.lo_r[i], q.hi_r[i]);
-    q.ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
-    q.qblk[i] = p.bm ? (R0 + r + s.qpos_row0) / p.bq : 0;
+    if (r < rows) fa_row_keys(p, causal, s, pos, q.lo_r[i], q.hi_r[i]);
+    q.ipos[i] = pos + s.qpos_row0 + s.off - s.kpos_col0;
+    q.qblk[i] = p.bm ? (pos + s.qpos_row0) / p.bq : 0;
   }
 }
 
 /* A warp's share of key tile t: 0 idle (nothing visible), 1 full (all 16 rows see every
- * key of a whole tile: no masking), 2 partial (mask each element). Warp-uniform. */
+ * key of a whole tile: no masking), 2 partial (mask each element). Warp-uniform. pack as
+ * for fa_qrows_init. */
 FA_DEV int fa_qwarp_mode(const fa_params &p, const fa_seg &s, const fa_qrows &q, int R0,
-                         int wr0, const fa_ktile &t, int bn) {
+                         int pack, int wr0, const fa_ktile &t, int bn) {
   if (q.wn == 0 || !fa_any(q.vlo <= q.vhi && q.vhi >= t.ca && q.vlo <= t.cb - 1)) return 0;
-  const int wbm = t.bmv == 1 ? 1 : fa_bm_verdict(p, s, R0 + wr0, R0 + wr0 + q.wn - 1, t.ca, t.cb - 1);
+  const int wbm = t.bmv == 1 ? 1
+                             : fa_bm_verdict(p, s, R0 + wr0 / pack, R0 + (wr0 + q.wn - 1) / pack,
+                                             t.ca, t.cb - 1);
   if (wbm == 0) return 0;
   return q.wn == 16 && t.cb - t.ca == bn && q.wlo_last <= t.ca && q.whi_first >= t.cb - 1 &&
                  wbm == 1

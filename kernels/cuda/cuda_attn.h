@@ -73,8 +73,9 @@ attn_status attn_cuda_check(const attn_cuda_problem *p);
 /* Workspace the launchers below use for p (0 when none: then workspace may be NULL).
  * Varlen needs it (tile tables); otherwise, for bf16/f16, it holds the Hopper backward's
  * deterministic-dQ semaphores, and a smaller one (or NULL) only sends a deterministic
- * backward to the mma.sync kernels. One workspace serves any sequence of calls on one
- * stream (each backward rezeroes the semaphores on the stream). */
+ * backward to the mma.sync kernels. After those, the split-KV forward's partial states
+ * (attn_cuda_fwd_plan), without which a forward runs unsplit. One workspace serves any
+ * sequence of calls on one stream (each backward rezeroes the semaphores on the stream). */
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p);
 
 /* One-shot forward: o [B,sq,Hq,Dv] (p->dtype), lse [B,Hq,lse_rows] float32 at row
@@ -128,6 +129,19 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p);
 /* The family the last bf16/f16 attn_cuda_fwd or attn_cuda_fwd_block call of the process
  * ran: "sm90" or "mma". */
 const char *attn_cuda_last_fwd_path(void);
+
+/* The mma.sync forward's decode forms (dispatch.c): packed GQA (pack query heads of one KV
+ * head share a CTA's rows) and split-KV (nsplit CTAs share a query tile's keys; their
+ * partial states, in the workspace, are folded by a second kernel). pack: 0 off, 1 where it
+ * saves CTAs (the default), 2 wherever Hq > Hkv; splits: 0 the heuristic (the default), n
+ * exactly n (clamped to the key tiles; 1 off); -1 (the start) follows ATTN_CUDA_PACK_GQA /
+ * ATTN_CUDA_SPLITS. For tests and benchmarks. */
+void attn_cuda_set_decode(int pack, int splits);
+/* What a forward of p would run with now, given the workspace attn_cuda_workspace_bytes
+ * asks (1, 1 for float32 and for the Hopper forward), and what the last bf16/f16 forward
+ * of the process ran with. */
+void attn_cuda_fwd_plan(const attn_cuda_problem *p, int *pack, int *nsplit);
+void attn_cuda_last_fwd_plan(int *pack, int *nsplit);
 /* The same for attn_cuda_bwd_block (given the workspace attn_cuda_workspace_bytes asks:
  * without it a deterministic dQ runs mma.sync), and the family its last bf16/f16 call
  * ran: "sm90" or "mma". */

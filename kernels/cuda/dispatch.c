@@ -186,6 +186,92 @@ static void log_choice(fa_choice *ch, const char *path, const char *why) {
   attn__log(ATTN_LOG_INFO, "cuda %s: %s%s%s", ch->dir, path, why ? " — " : "", why ? why : "");
 }
 
+/* ---- the forward's decode forms (fwd_body.cuh) ---------------------------------------------
+ * Packed GQA: when a query tile of one head would be mostly empty (a decode step's 1-8
+ * rows, short varlen sequences), the query heads of one KV head share the CTA's 128 rows
+ * (row = position x head), so each K/V tile is read once for all of them; the pack is the
+ * whole group (or its largest divisor up to 128). Split-KV: when the CTAs fill less than
+ * 0.8 of one wave of the device's SMs (an SM holds one CTA of the mma.sync forward: 8 warps
+ * of up to 255 registers take its register file), each
+ * query tile's key tiles are split over nsplit CTAs whose partial states a second kernel
+ * folds together (in split order: repeatable, but not the unsplit call's bits), the
+ * smallest nsplit within 0.85 of the best wave efficiency, at most 128 and with at
+ * least 4 key tiles a split; it needs its partial states in the workspace
+ * (attn_cuda_workspace_bytes), and without them runs unsplit (logged at INFO). Both are
+ * bf16/f16 mma.sync forms: the Hopper forward, where it is on, takes the problems that
+ * need no packing, unsplit. ATTN_CUDA_PACK_GQA (0 off, 1 when it saves CTAs: the default,
+ * 2 whenever Hq > Hkv) and ATTN_CUDA_SPLITS (0 the heuristic: the default, n exactly n
+ * splits, clamped to the key tiles) or attn_cuda_set_decode() override them. */
+#define FA_MAX_SPLITS 128
+
+static int pack_override = -1, splits_override = -1;
+
+void attn_cuda_set_decode(int pack, int splits) {
+  pack_override = pack < 0 ? -1 : pack > 2 ? 2 : pack;
+  splits_override = splits < 0 ? -1 : splits;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Query rows (or keys) per sequence: the call's, or its mean under varlen. */
+static int64_t per_seq(const attn_cuda_problem *p, int64_t n) {
+  return p->num_seqs > 0 ? ceil_div(n, p->num_seqs) : n;
+}
+
+/* Query tiles of the forward with pack heads a CTA (the grid's x, unsplit). */
+static int64_t query_ctas(const attn_cuda_problem *p, int pack) {
+  const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
+  return p->B * (p->Hq / pack) * seqs * ceil_div(per_seq(p, p->sq), FA_FWD_BM / pack);
+}
+
+static int plan_pack(const attn_cuda_problem *p) {
+  const int mode = pack_override >= 0 ? pack_override : (int)ATTN_PARAM("CUDA_PACK_GQA", 1);
+  const int64_t group = p->Hq / p->Hkv;
+  if (mode <= 0 || group < 2) return 1;
+  int pack = (int)(group < FA_FWD_BM ? group : FA_FWD_BM);
+  while (group % pack) pack--;
+  if (mode == 1 && query_ctas(p, pack) >= query_ctas(p, 1)) return 1;
+  return pack;
+}
+
+/* Waves of ctas CTAs on slots CTA slots, as a fraction of the whole waves they take. */
+static double wave_efficiency(int64_t ctas, int64_t slots) {
+  const double waves = (double)ctas / (double)slots;
+  return waves / (double)ceil_div(ctas, slots);
+}
+
+static int plan_splits(const attn_cuda_problem *p, int pack) {
+  const int mode = splits_override >= 0 ? splits_override : (int)ATTN_PARAM("CUDA_SPLITS", 0);
+  const int64_t ktiles = ceil_div(per_seq(p, p->skv), FA_FWD_BN(p->Dqk, p->Dv));
+  const int64_t most = ktiles < FA_MAX_SPLITS ? ktiles : FA_MAX_SPLITS;
+  if (mode > 0) return (int)(mode < most ? mode : most);
+  const int64_t ctas = query_ctas(p, pack), slots = attn_cuda__device_sms();
+  if (slots <= 0 || (double)ctas >= 0.8 * (double)slots) return 1;
+  const int64_t cap = ktiles / 4 < most ? ktiles / 4 : most;
+  double best = 0.0;
+  for (int64_t n = 1; n <= cap; n++) {
+    const double e = wave_efficiency(ctas * n, slots);
+    if (e > best) best = e;
+  }
+  for (int64_t n = 1; n <= cap; n++)
+    if (wave_efficiency(ctas * n, slots) >= 0.85 * best) return (int)n;
+  return 1;
+}
+
+typedef struct {
+  int pack, nsplit;
+} fwd_plan;
+
+/* The decode forms for p (both 1 for float32 and wherever the Hopper forward runs). */
+static fwd_plan plan_fwd(const attn_cuda_problem *p, int hopper) {
+  fwd_plan pl = {1, 1};
+  if (p->dtype == ATTN_F32 || p->Hkv < 1 || p->Hq % p->Hkv || p->sq < 1 || p->skv < 1) return pl;
+  pl.pack = plan_pack(p);
+  if (hopper && pl.pack == 1) return pl;
+  pl.nsplit = plan_splits(p, pl.pack);
+  return pl;
+}
+
 /* float32: one instance (causal and the head dims are read at run time). */
 static int f32_dims_ok(int64_t dqk, int64_t dv) {
   return dqk >= 8 && dqk <= FA_F32_DMAX && dqk % 8 == 0 && dv >= 8 && dv <= FA_F32_DMAX &&
@@ -311,39 +397,71 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
 /* Workspace: varlen, the query-tile table, then the key-tile table (required); otherwise,
  * for bf16/f16 without a block mask, the sm90 backward's deterministic-dQ semaphores
  * (int32 [B][Hq][ceil(sq / 64)][2] and a ticket counter: optional, a backward without
- * them takes the mma.sync kernels for a deterministic dQ). */
-static int64_t table_bytes(int64_t rows, int32_t num_seqs) {
-  return (attn_cuda__table_entries(rows, num_seqs) * 16 + 255) / 256 * 256;
+ * them takes the mma.sync kernels for a deterministic dQ). Then, when the forward's plan
+ * splits its keys, the partial states (instance.h's FA_PART_FLOATS; optional: without
+ * them the forward runs unsplit). */
+static int64_t round256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/* The query table's tiles are the packed forward's (128 / pack positions) at the least. */
+static int64_t table_bytes(int64_t rows, int32_t num_seqs, int pack) {
+  const int32_t tile = FA_FWD_BM / pack < FA_MIN_TILE ? FA_FWD_BM / pack : FA_MIN_TILE;
+  return round256(attn_cuda__table_entries(rows, num_seqs, tile) * 16);
 }
 
 static int64_t sem_bytes(const attn_cuda_problem *p) {
   if (p->dtype == ATTN_F32 || p->num_seqs > 0 || p->block_mask) return 0;
-  return ((FA_DQ_SEM_WORDS(p->B, p->Hq, p->sq) + FA_DQ_SEM_EXTRA) * 4 + 255) / 256 * 256;
+  return round256((FA_DQ_SEM_WORDS(p->B, p->Hq, p->sq) + FA_DQ_SEM_EXTRA) * 4);
 }
+
+/* The fixed part (tables or semaphores) and the partial states' bytes, for plan pl. */
+static int64_t fixed_bytes(const attn_cuda_problem *p, fwd_plan pl) {
+  if (p->num_seqs <= 0) return sem_bytes(p);
+  return table_bytes(p->sq, p->num_seqs, pl.pack) + table_bytes(p->skv, p->num_seqs, 1);
+}
+
+static int64_t part_bytes(const attn_cuda_problem *p, fwd_plan pl) {
+  return pl.nsplit > 1 ? round256(FA_PART_FLOATS(p, pl.nsplit) * 4) : 0;
+}
+
+static fwd_plan plan_of(const attn_cuda_problem *p);
 
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p) {
   if (!p) return 0;
-  if (p->num_seqs <= 0) return (size_t)sem_bytes(p);
-  return (size_t)(table_bytes(p->sq, p->num_seqs) + table_bytes(p->skv, p->num_seqs));
+  const fwd_plan pl = plan_of(p);
+  return (size_t)(fixed_bytes(p, pl) + part_bytes(p, pl));
 }
 
-static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fa_call *c) {
-  const int64_t sems = p->num_seqs > 0 ? 0 : sem_bytes(p);
-  if (sems && ws && bytes >= (size_t)sems && (uintptr_t)ws % 16 == 0) {
+/* Points c at the parts of the workspace; pl: the forward's plan ({1, 1} for a backward),
+ * whose split falls back to 1 when the workspace has no room for the partial states. */
+static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd_plan pl,
+                         fa_call *c) {
+  const int64_t fixed = fixed_bytes(p, pl), parts = part_bytes(p, pl);
+  const int aligned = ws && (uintptr_t)ws % 16 == 0;
+  c->pack = pl.pack;
+  c->nsplit = 1;
+  if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
-    c->dq_sem_bytes = (size_t)sems;
+    c->dq_sem_bytes = (size_t)fixed;
   }
-  if (p->num_seqs <= 0) return ATTN_OK;
-  size_t need = attn_cuda_workspace_bytes(p);
-  if (!ws || bytes < need)
-    return attn__fail(ATTN_ERR_INVALID_ARG,
-                      "workspace of %zu bytes at %p is too small: attn_cuda_workspace_bytes() "
-                      "asks %zu for this problem",
-                      bytes, ws, need);
-  if ((uintptr_t)ws % 16)
-    return attn__fail(ATTN_ERR_INVALID_ARG, "workspace %p is not 16-byte aligned", ws);
-  c->tiles_q = (int32_t *)ws;
-  c->tiles_k = (int32_t *)((char *)ws + table_bytes(p->sq, p->num_seqs));
+  if (p->num_seqs > 0) {
+    if (!ws || bytes < (size_t)fixed)
+      return attn__fail(ATTN_ERR_INVALID_ARG,
+                        "workspace of %zu bytes at %p is too small: attn_cuda_workspace_bytes() "
+                        "asks %lld for this problem",
+                        bytes, ws, (long long)(fixed + parts));
+    if (!aligned) return attn__fail(ATTN_ERR_INVALID_ARG, "workspace %p is not 16-byte aligned", ws);
+    c->tiles_q = (int32_t *)ws;
+    c->tiles_k = (int32_t *)((char *)ws + table_bytes(p->sq, p->num_seqs, pl.pack));
+  }
+  if (pl.nsplit > 1 && aligned && bytes >= (size_t)(fixed + parts)) {
+    c->nsplit = pl.nsplit;
+    c->part = (float *)((char *)ws + fixed);
+  } else if (pl.nsplit > 1) {
+    attn__log(ATTN_LOG_INFO,
+              "cuda forward: %d key splits need a workspace of %lld bytes "
+              "(attn_cuda_workspace_bytes); running unsplit",
+              pl.nsplit, (long long)(fixed + parts));
+  }
   return ATTN_OK;
 }
 
@@ -369,14 +487,32 @@ static attn_status launch_choice(fa_choice *ch, fa_launcher hop, const char *why
   return launched(mma(c), ch->what, in);
 }
 
+static fwd_plan plan_of(const attn_cuda_problem *p) {
+  const char *why = NULL;
+  return plan_fwd(p, hopper_fwd(p, &why) != NULL);
+}
+
+static fwd_plan last_plan = {1, 1}, logged_plan = {1, 1};
+
 /* The forward of c (one shot, or block mode when c->st is set): float32 on its own
- * kernel, bf16/f16 on the Hopper kernel where hopper_fwd allows it, else mma.sync; the
- * choice is logged and kept for attn_cuda_last_fwd_path either way. */
+ * kernel, bf16/f16 on the Hopper kernel where hopper_fwd allows it and the plan packs no
+ * heads, else mma.sync with the plan c carries; the choice is logged and kept for
+ * attn_cuda_last_fwd_path / _plan either way. */
 static attn_status fwd_launch(const attn_cuda_problem *p, const fa_call *c) {
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
   if (p->dtype == ATTN_F32) return launched(in->fwd(c), "flash forward", in);
   const char *why = NULL;
-  const fa_launcher hop = hopper_fwd(p, &why);
+  fa_launcher hop = hopper_fwd(p, &why);
+  if (hop && (c->pack > 1 || c->nsplit > 1)) {
+    hop = NULL;
+    why = "packed GQA and split-KV run on mma.sync";
+  }
+  last_plan = (fwd_plan){hop ? 1 : c->pack, hop ? 1 : c->nsplit};
+  if (last_plan.pack != logged_plan.pack || last_plan.nsplit != logged_plan.nsplit) {
+    logged_plan = last_plan;
+    attn__log(ATTN_LOG_INFO, "cuda forward: %d query heads a CTA (packed GQA), %d key splits",
+              last_plan.pack, last_plan.nsplit);
+  }
   return launch_choice(&fwd_choice, hop, why, in->fwd, c, in);
 }
 
@@ -395,7 +531,7 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
   c.lse = lse;
   c.lse_rows = lse_rows;
   c.stream = stream;
-  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, plan_of(p), &c));
   return fwd_launch(p, &c);
 }
 
@@ -403,10 +539,22 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
   const char *why = NULL;
   if (!p || !find_instance(p->Dqk, p->Dv, p->dtype, p->causal)) return "none";
   if (p->dtype == ATTN_F32) return "f32";
-  return hopper_fwd(p, &why) ? "sm90" : "mma";
+  return hopper_fwd(p, &why) && plan_pack(p) == 1 ? "sm90" : "mma";
 }
 
 const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
+
+void attn_cuda_fwd_plan(const attn_cuda_problem *p, int *pack, int *nsplit) {
+  const fwd_plan pl = p && find_instance(p->Dqk, p->Dv, p->dtype, p->causal) ? plan_of(p)
+                                                                            : (fwd_plan){1, 1};
+  *pack = pl.pack;
+  *nsplit = pl.nsplit;
+}
+
+void attn_cuda_last_fwd_plan(int *pack, int *nsplit) {
+  *pack = last_plan.pack;
+  *nsplit = last_plan.nsplit;
+}
 
 static attn_status check_state(const attn_cuda_problem *p, const attn_state *st) {
   if (!st || !st->m || !st->l || !st->acc)
@@ -434,7 +582,7 @@ attn_status attn_cuda_fwd_block(const attn_cuda_problem *p, attn_state *st, void
   c.pb = p;
   c.st = st;
   c.stream = stream;
-  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, plan_of(p), &c));
   return fwd_launch(p, &c);
 }
 
@@ -506,7 +654,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
   c.dv = dv;
   c.deterministic = deterministic != 0;
   c.stream = stream;
-  ATTN_CHECK(carve(p, workspace, workspace_bytes, &c));
+  ATTN_CHECK(carve(p, workspace, workspace_bytes, (fwd_plan){1, 1}, &c));
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
   if (p->dtype == ATTN_F32) return launched(in->bwd(&c), "flash backward", in);
   const char *why = NULL;

@@ -32,6 +32,12 @@ struct fa_params {
   float *st_m, *st_l, *st_acc;
   int64_t st_rows;
   int block_mode;
+  /* the decode forms of the mma.sync forward (1, 1: off). pack: query heads of one KV head
+   * that share a CTA's tile rows (packed GQA); nsplit: CTAs that share a query tile's key
+   * tiles, each writing a partial state [nsplit][B][Hq][sq] (m, l; acc [Dv]) at part_*
+   * that attn_cuda__split_combine folds together (split-KV) */
+  int pack, nsplit;
+  float *part_m, *part_l, *part_acc;
   /* backward */
   attn_cuda_view dout, dq, dk, dv;
   const float *lse_in, *delta;
@@ -214,6 +220,17 @@ FA_DEV int fa_next_ktile(const fa_params &p, const fa_seg &s, int R0, int rows, 
   return 0;
 }
 
+/* Split `split` of nsplit of the key range [kc0, kc1): whole tiles of bn keys (multiples
+ * of bn), as even as they divide; an empty range (kc0 == kc1) when it gets none. */
+FA_DEV void fa_split_keys(int nsplit, int split, int bn, int &kc0, int &kc1) {
+  if (kc0 >= kc1) return;
+  const int t0 = kc0 / bn, n = (kc1 - 1) / bn + 1 - t0;
+  const int a = t0 + (int)((int64_t)n * split / nsplit), b = t0 + (int)((int64_t)n * (split + 1) / nsplit);
+  const int lo = fa_max(kc0, a * bn), hi = fa_min(kc1, b * bn);
+  kc0 = lo;
+  kc1 = hi > lo ? hi : lo;
+}
+
 /* The softcap / ALiBi transform of a raw dot product x = q.k, to log2 units. */
 FA_DEV float fa_score(const fa_params &p, float x, float alibi2, float dist) {
   float s = x * p.sc;
@@ -272,6 +289,8 @@ static inline fa_params fa_params_make(const fa_call *c) {
   p.hd_qk = (int)pb->Dqk;
   p.hd_v = (int)pb->Dv;
   p.causal = pb->causal != 0;
+  p.pack = 1;
+  p.nsplit = 1;
   return p;
 }
 

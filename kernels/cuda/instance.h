@@ -25,8 +25,17 @@ typedef struct {
   int32_t *dq_sems; /* the sm90 deterministic dQ's semaphores in the workspace (or NULL) */
   size_t dq_sem_bytes;
   int32_t *tiles_k;
+  /* the forward's decode forms (0 or 1: off): query heads packed per CTA (GQA), CTAs per
+   * query tile splitting its keys, and their partial states in the workspace */
+  int pack, nsplit;
+  float *part;
   void *stream;
 } fa_call;
+
+/* The split-KV forward's partial states (in the workspace; float32): m [nsplit][R],
+ * l [nsplit][R], acc [nsplit][R][Dv], R = B * Hq * sq rows, row (b * Hq + h) * sq + i. */
+#define FA_PART_ROWS(pb) ((pb)->B * (pb)->Hq * (pb)->sq)
+#define FA_PART_FLOATS(pb, nsplit) ((int64_t)(nsplit) * FA_PART_ROWS(pb) * (2 + (pb)->Dv))
 
 /* Each returns 0 or a cudaError_t value (the dispatcher turns it into a message), or
  * FA_ERR_FALLBACK: this instance cannot take the problem here (nothing was launched); the
@@ -52,14 +61,18 @@ typedef int (*fa_launcher)(const fa_call *c);
 int attn_cuda__build_tiles(const int32_t *cu, int32_t num_seqs, int64_t pos0, int64_t count,
                            const int32_t *cu_other, int64_t other_pos0, int64_t other_count,
                            int require_other, int32_t tile, int32_t *table, void *stream);
-/* Entries a table for `count` rows needs, for any tile of at least FA_MIN_TILE rows. */
-int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs);
+/* Entries a table for `count` rows needs, for any tile of at least min_tile rows. */
+int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs, int32_t min_tile);
 
 /* state.cu: the generic (any head dim) kernels. 0 or a cudaError_t value. */
 int attn_cuda__state_init(attn_state *st, void *stream);
 /* words 32-bit words at p zeroed on the stream (the deterministic dQ's semaphores) */
 int attn_cuda__zero(void *p, int64_t words, void *stream);
 int attn_cuda__state_merge(attn_state *dst, const attn_state *src, void *stream);
+/* The split-KV forward's second step: the c->nsplit partial states of c->part folded
+ * together per row, into the carried state c->st (block mode), else into O and LSE with
+ * the sink (c->o, c->lse at row q_row0 + i of c->lse_rows). */
+int attn_cuda__split_combine(const fa_call *c);
 int attn_cuda__finalize(const attn_cuda_problem *p, const attn_state *st, attn_cuda_view o,
                         float *lse, void *stream);
 int attn_cuda__bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o, attn_cuda_view dout,
@@ -67,6 +80,8 @@ int attn_cuda__bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o, attn_cu
 const char *attn_cuda__error_string(int err);
 /* Compute capability of the current device as 10*major + minor; 0 when unknown. */
 int attn_cuda__device_cc(void);
+/* Streaming multiprocessors of the current device; 0 when unknown. */
+int attn_cuda__device_sms(void);
 
 #ifdef __cplusplus
 }

@@ -65,8 +65,8 @@ FA_KERNEL_GENERIC fa_build_tiles_kernel(const int32_t *cu, int32_t nseq, int64_t
 #define LAUNCH_STATUS() 0
 #endif
 
-extern "C" int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs) {
-  return (count + FA_MIN_TILE - 1) / FA_MIN_TILE + num_seqs + 1;
+extern "C" int64_t attn_cuda__table_entries(int64_t count, int32_t num_seqs, int32_t min_tile) {
+  return (count + min_tile - 1) / min_tile + num_seqs + 1;
 }
 
 extern "C" int attn_cuda__build_tiles(const int32_t *cu, int32_t num_seqs, int64_t pos0,
@@ -147,6 +147,18 @@ FA_DEV void fa_store(void *p, int64_t i, float v, int dtype) {
   ((uint16_t *)p)[i] = (uint16_t)(two & 0xFFFFu);
 }
 
+/* A finished row (natural units): max mm, sum l and the sink logit give the factor that
+ * turns the accumulator into O, and the LSE; the sink enters here, once. */
+FA_DEV void fa_finish_row(float mm, float l, float sink, float *inv, float *lse) {
+  const float top = fmaxf(mm, sink);
+  *inv = 0.0f;
+  *lse = -INFINITY;
+  if (top == -INFINITY) return;
+  const float sm = expf(mm - top), z = l * sm + expf(sink - top);
+  *inv = sm / z;
+  *lse = top + logf(z);
+}
+
 /* One warp per (b, h, row): O = acc / (l + e^(sink - m)) rescaled, LSE = m + log(...). */
 FA_KERNEL_GENERIC fa_finalize_kernel(const float *m, const float *l, const float *acc,
                                      int64_t B, int64_t H, int64_t rows, int64_t D,
@@ -155,16 +167,64 @@ FA_KERNEL_GENERIC fa_finalize_kernel(const float *m, const float *l, const float
   const int lane = (int)threadIdx.x % 32;
   if (r >= B * H * rows) return;
   const int64_t i = r % rows, h = r / rows % H, b = r / (rows * H);
-  const float sink = sinks ? sinks[h] : -INFINITY, mm = m[r], top = fmaxf(mm, sink);
-  float inv = 0.0f, out = -INFINITY;
-  if (top != -INFINITY) {
-    const float sm = expf(mm - top), z = l[r] * sm + expf(sink - top);
-    inv = sm / z;
-    out = top + logf(z);
-  }
+  float inv, out;
+  fa_finish_row(m[r], l[r], sinks ? sinks[h] : -INFINITY, &inv, &out);
   const int64_t orow = b * o.sb + i * o.ss + h * o.sh; /* element of o[b, i, h, 0] */
   for (int64_t d = lane; d < D; d += 32) fa_store(o.p, orow + d, acc[r * D + d] * inv, dtype);
   if (lane == 0 && lse) lse[r] = out;
+}
+
+/* Split-KV, step two: one warp per row (b, h, i) of the call folds the nsplit partial
+ * states (instance.h's layout, R rows each) in split order, so the result does not depend
+ * on the schedule; with st_m set, the carried state of row q_row0 + i comes first and the
+ * sum goes back there, else O and LSE are written (sinks once, as finalize). */
+FA_KERNEL_GENERIC fa_split_combine_kernel(const float *pm, const float *pl, const float *pacc,
+                                          int nsplit, int64_t B, int64_t H, int64_t sq,
+                                          int64_t D, float *st_m, float *st_l, float *st_acc,
+                                          int64_t st_rows, int64_t q_row0, const float *sinks,
+                                          attn_cuda_view o, float *lse, int64_t lse_rows,
+                                          int dtype) {
+  const int64_t R = B * H * sq, r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = (int)threadIdx.x % 32;
+  if (r >= R) return;
+  const int64_t i = r % sq, bh = r / sq, h = bh % H, b = bh / H;
+  const int64_t srow = bh * st_rows + q_row0 + i; /* the carried state's row */
+  float mx = st_m ? st_m[srow] : -INFINITY;
+  for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, pm[s * R + r]);
+  if (mx == -INFINITY && st_m) return; /* nothing seen anywhere: the state stays as it is */
+  const float mu = mx == -INFINITY ? 0.0f : mx;
+  float l = 0.0f;
+  if (st_m) l = st_l[srow] * expf(st_m[srow] - mu);
+  for (int s = 0; s < nsplit; s++) l += pl[s * R + r] * expf(pm[s * R + r] - mu);
+  float inv = 1.0f, out = 0.0f;
+  if (!st_m) fa_finish_row(mx, l, sinks ? sinks[h] : -INFINITY, &inv, &out);
+  const int64_t orow = b * o.sb + i * o.ss + h * o.sh; /* element of o[b, i, h, 0] */
+  for (int64_t d = lane; d < D; d += 32) {
+    float a = st_m ? st_acc[srow * D + d] * expf(st_m[srow] - mu) : 0.0f;
+    for (int s = 0; s < nsplit; s++) a += pacc[(s * R + r) * D + d] * expf(pm[s * R + r] - mu);
+    if (st_m) st_acc[srow * D + d] = a;
+    else fa_store(o.p, orow + d, a * inv, dtype);
+  }
+  fa_syncwarp(); /* every lane has read st_m[srow] */
+  if (lane != 0) return;
+  if (st_m) {
+    st_m[srow] = mx;
+    st_l[srow] = l;
+  } else if (lse) {
+    lse[bh * lse_rows + q_row0 + i] = out;
+  }
+}
+
+extern "C" int attn_cuda__split_combine(const fa_call *c) {
+  const attn_cuda_problem *p = c->pb;
+  const int64_t R = FA_PART_ROWS(p);
+  const float *pm = c->part, *pl = c->part + c->nsplit * R, *pacc = c->part + 2 * c->nsplit * R;
+  const attn_state *st = c->st;
+  FA_LAUNCH(fa_split_combine_kernel, dim3((unsigned)((R + 7) / 8)), dim3(256), 0, c->stream, pm,
+            pl, pacc, c->nsplit, p->B, p->Hq, p->sq, p->Dv, st ? st->m : NULL, st ? st->l : NULL,
+            st ? st->acc : NULL, st ? st->rows : 0, p->q_row0, p->sinks, c->o, c->lse,
+            c->lse_rows, p->dtype);
+  return LAUNCH_STATUS();
 }
 
 extern "C" int attn_cuda__finalize(const attn_cuda_problem *p, const attn_state *st,
@@ -244,5 +304,18 @@ extern "C" int attn_cuda__device_cc(void) {
   return 10 * major + minor;
 #else
   return 90;
+#endif
+}
+
+/* The emulator's "device" has 16 SMs: enough that small test shapes split their keys. */
+extern "C" int attn_cuda__device_sms(void) {
+#ifndef ATTN_CUDA_EMULATE
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return n;
+#else
+  return 16;
 #endif
 }

@@ -181,7 +181,9 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
     *rows = SM90_ROWS;
     *keys = FA_SM90_FWD_BN(dqk, dv);
   } else {
-    *rows = FA_FWD_BM;
+    int pack, nsplit; /* packed GQA: FA_FWD_BM / pack positions of each head a tile */
+    attn_cuda_fwd_plan(p, &pack, &nsplit);
+    *rows = FA_FWD_BM / pack;
     *keys = FA_FWD_BN(dqk, dv);
   }
 }

@@ -10,10 +10,10 @@
  * ptxas -v for sm_80 / sm_90a):
  *
  *   kernel dims     warps tile (rows x keys)       smem    regs     per-thread accumulators
- *   fwd    64        8    128 x 64                  54 KB  190/211  O 32, S 32, Q frags 16
- *   fwd    128       8    128 x 64                 102 KB  253/240  O 64, S 32, Q frags 32
- *   fwd    192x128   8    128 x 64                 134 KB  250/246  O 64, S 32, Q frags 48
- *   fwd    256       8    128 x 32, Q from smem    132 KB  254/254  O 128, S 16
+ *   fwd    64        8    128 x 64                  54 KB  191/210  O 32, S 32, Q frags 16
+ *   fwd    128       8    128 x 64                 102 KB  255/241  O 64, S 32, Q frags 32
+ *   fwd    192x128   8    128 x 64                 134 KB  255/251  O 64, S 32, Q frags 48
+ *   fwd    256       8    128 x 32, Q from smem    132 KB  255/255  O 128, S 16
  *   dkdv   64        8    keys 128, q 64            91 KB  242/244  dK 32, dV 32, S^T 32, dP^T 32
  *   dkdv   128       8    keys 128, q 32           113 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
  *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  248/250  dK 48, dV 32, S^T 16, dP^T 16
@@ -22,6 +22,9 @@
  *   dq     128       4     64 x 64                 102 KB  248/250  dQ 64, S 32, dP 32
  *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
  *   dq     256       4     64 x 32                 132 KB  252/254  dQ 128, S 16, dP 16
+ *
+ * (The forward's figures include its decode forms, packed GQA and split-KV: +0.5 KB of
+ * shared memory for per-row ALiBi slopes, and the row-to-position mapping.)
  *
  * Past d = 128 the per-thread accumulators are what decides: at 256 the forward's O takes
  * 128 registers, so Q is re-read from shared memory per tile and tiles hold 32 keys (64

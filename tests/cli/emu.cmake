@@ -31,6 +31,9 @@ cli_emu(bwd_f16_varlen --dtype f16 --varlen 3 --seq 120 --heads 2 --head-dim 64 
         --check 8)
 cli_emu(fwd_f32_sparse --dtype f32 --seq 128 --heads 2 --head-dim 64 --causal --check 8
         --sparse local=1,stride=3,global=1,random=1,block=32)
+# a decode step: Sq = 1 against a longer cache, GQA 8/2 (packed GQA and split-KV)
+cli_emu(fwd_decode --seq 1 --seq-kv 1500 --heads 8 --kv-heads 2 --head-dim 128 --causal --sinks
+        --check 1)
 cli_expect(emu_header 0 --seq 64 --heads 2 --head-dim 64 --check 4 --iters 1 --warmup 0
            STDOUT "# backend cuda \\(auto: 1 CUDA device visible\\): cuda, dtype bf16 \\(the default on cuda\\).*OK: 0 wrong"
            TIMEOUT 300 EXE attnrun_emu_cli LABEL emu)

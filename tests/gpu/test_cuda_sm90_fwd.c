@@ -486,6 +486,9 @@ int main(void) {
     return 77;
   }
   attn_cuda_set_hopper(1);
+  /* no packed GQA (it would send the small GQA cases to mma.sync): this test is the sm90
+   * kernel's, test_cuda_decode the decode forms' */
+  attn_cuda_set_decode(0, 1);
   /* the head dims with sm90 instances (64, 192 x 128 and 256: if built) */
   static const int hd[][2] = {{128, 128}, {64, 64}, {192, 128}, {256, 256}};
   for (int i = 0; i < 4; i++) {
@@ -493,6 +496,7 @@ int main(void) {
     sweep_block(hd[i][0], hd[i][1]);
   }
   attn_cuda_set_hopper(-1);
+  attn_cuda_set_decode(-1, -1);
   printf("test_cuda_sm90_fwd: %d one-shot cases and %d block calls ran the sm90 forward "
          "(%d and %d at 192 x 128, %d and %d at 256)\n", ran_sm90, ran_sm90_block, ran_mla,
          ran_mla_block, ran_256, ran_256_block);
