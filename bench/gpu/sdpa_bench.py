@@ -8,9 +8,17 @@ shapes bench_cuda times, and the side-by-side table of both.
       torch.nn.attention.sdpa_kernel(FLASH_ATTENTION) and (CUDNN_ATTENTION); appends JSON
       lines with the same keys as bench_cuda ("impl": "torch-flash" / "torch-cudnn").
       --device cpu --backends math: the same code on the host (a test of this script).
+  sdpa_bench.py decode [--json FILE] [--sq 1] [--reps 20] [--warmup 5]
+                       [--backends flash,efficient,cudnn] [--device cuda] [--shapes B/Hq/Hkv/Skv,...]
+      times SDPA forward on bench_cuda_decode's decode shapes (bf16, head dim 128, GQA by
+      enable_gqa=True, or K and V expanded to Hq heads where a backend takes no GQA, not
+      causal: one query row sees the whole cache either way; records
+      "mode": "decode", "impl": "torch-<backend>", with the cache bytes read per second).
   sdpa_bench.py compare FILE [--md OUT]
       reads the JSON lines of both and prints, per (pass, hd, N, causal), the TFLOP/s of
-      attnrun and of each torch backend and the ratio attnrun / best torch backend.
+      attnrun and of each torch backend and the ratio attnrun / best torch backend; then,
+      for the decode records, per (B, Hq, Hkv, Sq, Skv), the times of attnrun's planned and
+      plain forms and of each torch backend, and best torch time / attnrun time.
 
 Same FLOP rule as bench_cuda: forward 4*B*H*N^2*D (causal: half), backward 2.5x forward;
 B = tokens / N, H = d_model / D. Median of --reps timed runs (CUDA events) after --warmup.
@@ -116,6 +124,97 @@ def run(args):
     return 0
 
 
+DECODE_SHAPES = "1/32/8/8192,1/32/8/32768,1/32/8/131072,8/32/8/32768,32/32/8/8192,1/32/32/32768,1/16/1/65536"
+DECODE_BACKENDS = ["flash", "efficient", "cudnn", "math"]
+
+
+def decode(args):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("sdpa_bench: no CUDA device")
+        return 77
+    dev = torch.cuda.get_device_name(0) if cuda else "cpu"
+    known = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    backends = [("torch-" + b, known[b]) for b in args.backends.split(",")]
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = open(args.json, "a") if args.json else None
+    d = args.hd
+    print(f"torch {torch.__version__} SDPA decode on {dev}, bf16, head dim {d}, Sq {args.sq}")
+    print(f"{'impl':<16} {'B':>3} {'Hq':>3} {'Hkv':>3} {'Skv':>7} {'median ms':>10} {'GB/s':>8}")
+    gen = torch.Generator(device=args.device).manual_seed(0)
+    for spec in args.shapes.split(","):
+        b, hq, hkv, skv = (int(x) for x in spec.split("/"))
+        q = torch.rand((b, hq, args.sq, d), generator=gen, device=args.device).mul_(2).sub_(1).bfloat16()
+        k, v = (torch.rand((b, hkv, skv, d), generator=gen, device=args.device).mul_(2).sub_(1).bfloat16()
+                for _ in range(2))
+        kv_bytes = 2.0 * b * hkv * skv * d * 2
+        for name, backend in backends:
+            rec = {"impl": name, "mode": "decode", "pass": "fwd", "dtype": "bf16", "hd": d, "B": b,
+                   "Hq": hq, "Hkv": hkv, "Sq": args.sq, "Skv": skv, "causal": 0, "device": dev,
+                   "torch": torch.__version__, "date": date}
+            try:
+                with sdpa_kernel(backend):
+                    try:
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hkv)
+                        fn()
+                    except Exception:  # no GQA in this backend: K and V expanded to Hq heads
+                        if hq == hkv:
+                            raise
+                        ke, ve = (x.repeat_interleave(hq // hkv, dim=1) for x in (k, v))
+                        fn = lambda: F.scaled_dot_product_attention(q, ke, ve)
+                        fn()
+                        rec["gqa_expanded"] = True
+                    med, mn = time_ms(torch, fn, args.warmup, args.reps, cuda)
+                rec.update(ms_median=med, ms_min=mn, kv_gbps=kv_bytes / (med * 1e-3) / 1e9)
+                print(f"{name:<16} {b:>3} {hq:>3} {hkv:>3} {skv:>7} {med:>10.4f} {rec['kv_gbps']:>8.0f}",
+                      flush=True)
+            except Exception as e:  # a backend that cannot run this shape
+                rec.update(error=str(e).splitlines()[0][:200])
+                print(f"{name:<16} {b:>3} {hq:>3} {hkv:>3} {skv:>7} error: {rec['error']}", flush=True)
+            if out:
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+        del q, k, v
+        if cuda:
+            torch.cuda.empty_cache()
+    return 0
+
+
+def decode_table(recs):
+    """The markdown lines of the decode records: per shape, ms of each impl, best torch / ours."""
+    rows = {}
+    for r in recs:
+        rows.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r
+    impls = ["attnrun", "attnrun-plain"] + ["torch-" + b for b in DECODE_BACKENDS]
+    lines = ["| B | Hq | Hkv | Sq | Skv | attnrun ms | pack x splits | attnrun plain ms | "
+             + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[2:])
+             + " | best torch / attnrun | attnrun GB/s | vs copy | check |",
+             "|" + "---|" * (len(impls) + 10)]
+    for key in sorted(rows):
+        r = rows[key]
+
+        def ms(name):
+            x = r.get(name)
+            return x.get("ms_median") if x and "ms_median" in x else None
+
+        cells = [f"{ms(i):.4f}" + ("*" if r[i].get("gqa_expanded") else "") if ms(i) is not None
+                 else ("error" if i in r else "-") for i in impls]
+        ours, a = ms("attnrun"), r.get("attnrun", {})
+        best = min([t for t in (ms(i) for i in impls[2:]) if t is not None], default=None)
+        ratio = f"{best / ours:.2f}" if ours and best else "-"
+        plan = f"{a['pack']} x {a['nsplit']}" if "pack" in a else "-"
+        gbps = f"{a['kv_gbps']:.0f}" if "kv_gbps" in a else "-"
+        vs = f"{a['kv_gbps'] / a['copy_read_gbps']:.2f}" if a.get("copy_read_gbps") else "-"
+        lines.append("| " + " | ".join(str(x) for x in key) + f" | {cells[0]} | {plan} | "
+                     + " | ".join(cells[1:]) + f" | {ratio} | {gbps} | {vs} | {a.get('check', '-')} |")
+    return lines
+
+
 def dims(r):
     """(Dqk, Dv) of a record: torch's rows and older ones carry hd alone (Dv == Dqk)."""
     return (r["hd"], r.get("hd_v") or r["hd"])
@@ -126,13 +225,16 @@ def dims_label(d):
 
 
 def compare(args):
-    rows, det = {}, []
+    rows, det, dec = {}, [], []
     with open(args.file) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             r = json.loads(line)
+            if r.get("mode") == "decode":
+                dec.append(r)
+                continue
             if r.get("deterministic"):
                 det.append(r)
                 continue
@@ -182,6 +284,12 @@ def compare(args):
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"
             + "\n".join(lines) + "\n")
+    if dec:
+        dev = next((r.get("device") for r in dec if r.get("device")), dev)
+        text += (f"\nDecode steps, bf16, head dim 128, median ms of timed runs, on {dev} (GB/s: K+V "
+                 "bytes read / time; vs copy: over a device copy's read rate of the same bytes; "
+                 "*: the backend took no GQA, K and V expanded to Hq heads).\n\n"
+                 + "\n".join(decode_table(dec)) + "\n")
     print(text)
     if args.md:
         with open(args.md, "w") as f:
@@ -205,11 +313,22 @@ def main():
                    type=lambda x: x if set(x.split(",")) <= {"flash", "cudnn", "math"} else
                    p.error(f"--backends {x!r}: a list of flash, cudnn, math"))
     r.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    dcd = sub.add_parser("decode")
+    dcd.add_argument("--json")
+    dcd.add_argument("--sq", type=int, default=1)
+    dcd.add_argument("--hd", type=int, default=128)
+    dcd.add_argument("--shapes", default=DECODE_SHAPES)
+    dcd.add_argument("--reps", type=int, default=20)
+    dcd.add_argument("--warmup", type=int, default=5)
+    dcd.add_argument("--backends", default="flash,efficient,cudnn",
+                     type=lambda x: x if set(x.split(",")) <= set(DECODE_BACKENDS) else
+                     p.error(f"--backends {x!r}: a list of {', '.join(DECODE_BACKENDS)}"))
+    dcd.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     c = sub.add_parser("compare")
     c.add_argument("file")
     c.add_argument("--md")
     args = p.parse_args()
-    return run(args) if args.cmd == "run" else compare(args)
+    return {"run": run, "decode": decode, "compare": compare}[args.cmd](args)
 
 
 if __name__ == "__main__":

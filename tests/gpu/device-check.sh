@@ -226,7 +226,7 @@ else
     STAGE_NOTE="full project, -j$JOBS"
     if ! stage build 240 cmake --build "$BUILD" -j "$JOBS"; then
       STAGE_NOTE="full build failed: the CUDA targets alone"
-      stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn bench_cuda
+      stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn test_cuda_decode bench_cuda bench_cuda_decode
     fi
   else
     MODE=standalone
@@ -292,6 +292,12 @@ if [ "$BENCH_PATH" = auto ]; then
   STAGE_NOTE="ATTN_SM90_DQ=1: sm90, d=128/64, N=8K,16K"
   stage bench-dq-tma 60 env ATTN_SM90_DQ=1 "$BENCH_BIN" --path sm90 --n 8192,16384 --json "$JSON"
 fi
+# Decode steps (packed GQA, split-KV) against a copy of the same cache bytes, then torch's
+# SDPA on the same shapes: "mode": "decode" records, compare's second table.
+STAGE_NOTE="decode: bf16 d=128, Sq=1, 7 shapes up to 256K cached tokens; planned vs plain vs copy"
+stage bench-decode 60 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
+STAGE_NOTE="torch SDPA decode: flash, efficient, cuDNN"
+stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" decode --json "$JSON"
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
 # ---- 3b. after the benchmarks, as the budget allows ----------------------------------------

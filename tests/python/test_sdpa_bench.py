@@ -1,7 +1,7 @@
 """test_sdpa_bench.py — bench/gpu/sdpa_bench.py, the GPU benchmark's torch side, before a
 GPU session depends on it: `compare` on synthetic records (ratios to the best torch
-backend, deterministic and TMA-dQ rows against their own atomic-dQ rows, error rows),
-and, where torch is importable, `run` on the host (--device cpu, the math and CPU flash
+backend, deterministic and TMA-dQ rows against their own atomic-dQ rows, error rows, the
+decode table), and, where torch is importable, `run` and `decode` on the host (--device cpu, the math and CPU flash
 backends: the same code path as on a GPU but for the timer) feeding `compare`.
 
     python3 tests/python/test_sdpa_bench.py
@@ -87,6 +87,65 @@ def compare_synthetic(tmp):
     check("the device is named", "Test GPU" in p.stdout)
 
 
+def decode_rows(md):
+    """{(B, Hq, Hkv, Sq, Skv): [cells]} of compare's decode table."""
+    rows = {}
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 16 and cells[0].isdigit():
+            rows[tuple(cells[:5])] = cells[5:]
+    return rows
+
+
+def compare_decode(tmp):
+    print("compare on synthetic decode records")
+    base = {"mode": "decode", "pass": "fwd", "hd": 128, "B": 1, "Hq": 32, "Hkv": 8, "Sq": 1,
+            "Skv": 32768, "device": "Test GPU"}
+    recs = [dict(base, impl="attnrun", ms_median=0.05, kv_gbps=2700.0, copy_read_gbps=3000.0,
+                 pack=4, nsplit=29, check="ok"),
+            dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, check="ok"),
+            dict(base, impl="torch-flash", ms_median=0.06),
+            dict(base, impl="torch-efficient", ms_median=0.08),
+            dict(base, impl="torch-cudnn", error="no kernel"),
+            dict(base, impl="torch-flash", B=8, ms_median=0.3),
+            rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok")]
+    path, md = os.path.join(tmp, "dec.jsonl"), os.path.join(tmp, "dec.md")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    p = sdpa("compare", path, "--md", md)
+    check("compare with decode records exits 0", p.returncode == 0)
+    if p.returncode:
+        return
+    text = open(md).read()
+    d = decode_rows(text)
+    row = d.get(("1", "32", "8", "1", "32768"))
+    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, cuDNN error, best torch 0.06/0.05",
+          row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000"
+          and row[5] == "error" and row[7] == "1.20" and row[8] == "2700" and row[9] == "0.90"
+          and row[10] == "ok")
+    other = d.get(("8", "32", "8", "1", "32768"))
+    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[7] == "-")
+    check("the prefill table is still there", ("fwd", "128", "8192", "no") in table(text))
+
+
+def decode_on_host(tmp):
+    try:
+        import torch  # noqa: F401
+    except Exception as e:
+        print(f"decode on the host: import torch failed ({e}), skipped")
+        return
+    print("decode on the host (torch math backend)")
+    path = os.path.join(tmp, "decode.jsonl")
+    p = sdpa("decode", "--device", "cpu", "--backends", "math", "--shapes", "1/4/2/256,2/4/4/128",
+             "--hd", "32", "--reps", "1", "--warmup", "0", "--json", path)
+    check("decode exits 0", p.returncode == 0)
+    if p.returncode:
+        return
+    recs = [json.loads(x) for x in open(path)]
+    check(f"2 decode records (got {len(recs)})", len(recs) == 2 and all(r["mode"] == "decode" for r in recs))
+    check("every decode record timed", all(r.get("ms_median", 0) > 0 and r["kv_gbps"] > 0 for r in recs))
+
+
 def run_on_host(tmp):
     try:
         import torch  # noqa: F401
@@ -117,7 +176,9 @@ def run_on_host(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         compare_synthetic(tmp)
+        compare_decode(tmp)
         run_on_host(tmp)
+        decode_on_host(tmp)
     if FAILS:
         print(f"test_sdpa_bench: {len(FAILS)} failed: {FAILS}")
         return 1
