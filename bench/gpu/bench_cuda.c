@@ -26,21 +26,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_gpu.h"
 #include "cuda_attn.h"
 #include "ref.h"
-
-#ifndef BENCH_GIT_SHA
-#define BENCH_GIT_SHA "unknown"
-#endif
-
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
 
 typedef struct {
   const char *json, *dtype_name;
@@ -60,39 +48,6 @@ typedef struct {
   cudaStream_t stream;
   cudaEvent_t ev[2];
 } buffers;
-
-static uint16_t to_bits(float x, int dtype) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if (dtype == ATTN_BF16) return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  /* f16 for |x| < 2: normal range only (inputs are in [-1, 1)) */
-  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-  if (a < 0x38800000u) return (uint16_t)sign; /* flush the few subnormal draws */
-  return (uint16_t)(sign | ((a + 0xFFFu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
-}
-
-static float from_bits(uint16_t h, int dtype) {
-  uint32_t u;
-  if (dtype == ATTN_BF16) {
-    u = (uint32_t)h << 16;
-  } else {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    u = e == 0 ? sign : sign | ((e + 112) << 23) | (m << 13);
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static void fill_random(uint16_t *x, int64_t n, uint64_t seed, int dtype) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; i++) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = to_bits((float)((double)(s >> 11) * 0x1.0p-53 * 2.0 - 1.0), dtype);
-  }
-}
 
 static void alloc_buffers(buffers *b, const options *o) {
   const int64_t n = o->tokens * o->model_dim;
@@ -162,11 +117,6 @@ static double check_rows(const buffers *b, const attn_spec *spec, int64_t B, int
 }
 
 /* ---- timing --------------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 typedef struct {
   const attn_cuda_problem *pb;
   buffers *b;
@@ -209,8 +159,7 @@ static void time_runs(const run_args *a, int warmup, int reps, double *med, doub
     CHECK_CUDA(cudaEventElapsedTime(&ms, a->b->ev[0], a->b->ev[1]));
     if (i >= warmup) t[i - warmup] = ms;
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  *med = sorted_median(t, reps);
   *mn = t[0];
 }
 

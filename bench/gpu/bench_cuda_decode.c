@@ -20,21 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_gpu.h"
 #include "cuda_attn.h"
 #include "ref.h"
-
-#ifndef BENCH_GIT_SHA
-#define BENCH_GIT_SHA "unknown"
-#endif
-
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
 
 #define HD 128
 #define MAX_REPS 256
@@ -48,29 +36,6 @@ static const shape shapes[] = {{1, 32, 8, 8192},  {1, 32, 8, 32768},  {1, 32, 8,
                                {8, 32, 8, 32768}, {32, 32, 8, 8192},  {1, 32, 32, 32768},
                                {1, 16, 1, 65536}};
 
-static uint16_t bf16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-static float bf16_float(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static void fill_random(uint16_t *x, int64_t n, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; i++) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = bf16_bits((float)((double)(s >> 11) * 0x1.0p-53 * 2.0 - 1.0));
-  }
-}
-
 /* Host copies [B, S, H, D] for the oracle. */
 typedef struct {
   const uint16_t *q, *k, *v;
@@ -83,12 +48,7 @@ static void fetch(void *user, int which, int64_t b, int64_t s, int64_t h, float 
   const uint16_t *src = q ? c->q : which == ATTN_REF_K ? c->k : c->v;
   const int64_t S = q ? c->Sq : c->Skv, H = q ? c->Hq : c->Hkv;
   const uint16_t *row = src + ((b * S + s) * H + h) * HD;
-  for (int d = 0; d < HD; d++) out[d] = bf16_float(row[d]);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
+  for (int d = 0; d < HD; d++) out[d] = from_bits(row[d], ATTN_BF16);
 }
 
 typedef struct {
@@ -127,8 +87,7 @@ static void time_runs(const run_args *a, int warmup, int reps, cudaEvent_t ev[2]
     CHECK_CUDA(cudaEventElapsedTime(&ms, ev[0], ev[1]));
     if (i >= warmup) t[i - warmup] = ms;
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  *med = sorted_median(t, reps);
   *mn = t[0];
 }
 
@@ -147,7 +106,7 @@ static double check_rows(const attn_cuda_problem *pb, const host_in *hin, const 
     CHECK_CUDA(cudaMemcpy(got, d_o + ((b * pb->sq + i) * pb->Hq + h) * HD, sizeof got,
                           cudaMemcpyDeviceToHost));
     for (int d = 0; d < HD; d++) {
-      const double g = bf16_float(got[d]);
+      const double g = from_bits(got[d], ATTN_BF16);
       err = fmax(err, isfinite(g) ? fabs(g - ref[d]) : INFINITY);
       mag = fmax(mag, fabs(ref[d]));
     }
@@ -208,9 +167,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "host allocation failed\n");
       return 1;
     }
-    fill_random(hq, nq, 1 + si);
-    fill_random(hk, nk, 100 + si);
-    fill_random(hv, nk, 200 + si);
+    fill_random(hq, nq, 1 + si, ATTN_BF16);
+    fill_random(hk, nk, 100 + si, ATTN_BF16);
+    fill_random(hv, nk, 200 + si, ATTN_BF16);
     uint16_t *q, *kv, *o, *copy;
     float *lse;
     CHECK_CUDA(cudaMalloc((void **)&q, (size_t)nq * 2));

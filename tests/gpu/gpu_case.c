@@ -279,6 +279,13 @@ void gc_out_free(gc_out *o) {
 }
 
 /* ---- runs ---------------------------------------------------------------------------- */
+void gc_expect_ok(attn_status st, const char *what, const gc_case *c) {
+  if (st == ATTN_OK) return;
+  char desc[600];
+  gc_describe(c, desc, sizeof desc);
+  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
+}
+
 attn_status gc_fwd(gc_prob *P, gc_out *out) {
   const int64_t no = gc_n_o(P), nl = gc_n_lse(P);
   td_memset(P->d_o, 0xFF, (size_t)no * gc_elem_bytes(P));

@@ -88,6 +88,9 @@ void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, 
 void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, int64_t D,
                      float *out);
 
+/* A TU_CHECK failure naming the call, the status, attn_last_error() and the case, unless
+ * st is ATTN_OK. */
+void gc_expect_ok(attn_status st, const char *what, const gc_case *c);
 /* One-shot forward into P->d_o / P->d_lse (poisoned first); out->o, out->lse. */
 attn_status gc_fwd(gc_prob *P, gc_out *out);
 /* The backward of P (after gc_fwd) into the given float32 gradient views (zeroed by the

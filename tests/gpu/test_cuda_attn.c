@@ -17,13 +17,6 @@
 static uint64_t next_seed = 1;
 static int E; /* emulated: fewer, smaller cases */
 
-static void expect_ok(attn_status st, const char *what, const gc_case *c) {
-  if (st == ATTN_OK) return;
-  char desc[600];
-  gc_describe(c, desc, sizeof desc);
-  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
-}
-
 /* Forward (and backward) of one case against the references. */
 static void run(gc_case c, int bwd) {
   if (!gc_have_dims(&c)) return;
@@ -31,8 +24,8 @@ static void run(gc_case c, int bwd) {
   gc_prob P;
   gc_out out = {0};
   gc_init(&P, &c);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  if (bwd) expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  if (bwd) gc_expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
   gc_check(&P, &out, bwd, bwd ? ((c.seed & 1) ? "fwd+bwd (deterministic)" : "fwd+bwd") : "fwd");
   gc_out_free(&out);
   gc_free(&P);
@@ -273,7 +266,7 @@ static void *alloc_state(attn_state *st, const gc_prob *P, int64_t rows) {
   float *buf = td_alloc((size_t)(n * (2 + P->Dv)) * 4);
   attn_state s = {buf, buf + n, buf + 2 * n, P->B, P->Hq, rows, P->Dv};
   *st = s;
-  expect_ok(attn_cuda_state_init(st, NULL), "attn_cuda_state_init", &P->c);
+  gc_expect_ok(attn_cuda_state_init(st, NULL), "attn_cuda_state_init", &P->c);
   return buf;
 }
 
@@ -325,7 +318,7 @@ static void check_block_case(gc_case c) {
   gc_prob P;
   gc_out out = {0}, one = {0};
   gc_init(&P, &c);
-  expect_ok(gc_fwd(&P, &one), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &one), "attn_cuda_fwd", &c);
   const int64_t ks[4] = {0, P.Skv / 3, P.Skv / 3 + 1 + P.Skv / 4, P.Skv}; /* 3 key blocks */
   const int64_t qs[3] = {0, P.Sq / 2 + 1 > P.Sq ? P.Sq : P.Sq / 2 + 1, P.Sq};
   attn_state a, b;
@@ -338,14 +331,14 @@ static void check_block_case(gc_case c) {
       const int ki = order[x];
       if (ks[ki] == ks[ki + 1]) continue;
       attn_cuda_problem bp = block_problem(&P, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1]);
-      expect_ok(attn_cuda_fwd_block(&bp, ki == 1 ? &b : &a, P.d_ws, P.ws_bytes, NULL),
+      gc_expect_ok(attn_cuda_fwd_block(&bp, ki == 1 ? &b : &a, P.d_ws, P.ws_bytes, NULL),
                 "attn_cuda_fwd_block", &c);
     }
   }
-  expect_ok(attn_cuda_state_merge(&a, &b, NULL), "attn_cuda_state_merge", &c);
+  gc_expect_ok(attn_cuda_state_merge(&a, &b, NULL), "attn_cuda_state_merge", &c);
   td_memset(P.d_o, 0xFF, (size_t)gc_n_o(&P) * gc_elem_bytes(&P));
   td_memset(P.d_lse, 0xFF, (size_t)gc_n_lse(&P) * 4);
-  expect_ok(attn_cuda_finalize(&P.pb, &a, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
+  gc_expect_ok(attn_cuda_finalize(&P.pb, &a, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
             "attn_cuda_finalize", &c);
   td_sync();
   out.o = tu_alloc((size_t)gc_n_o(&P) * 4);
@@ -365,7 +358,7 @@ static void check_block_case(gc_case c) {
   td_memset(ds, 0, (size_t)P.Hq * 4);
   const attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv);
   const attn_cuda_view dO = gc_view(&P, P.ddo, P.Sq, P.Hq, P.Dv);
-  expect_ok(attn_cuda_bwd_prepare(&P.pb, o, dO, P.d_lse, delta, P.sinks ? ds : NULL, NULL),
+  gc_expect_ok(attn_cuda_bwd_prepare(&P.pb, o, dO, P.d_lse, delta, P.sinks ? ds : NULL, NULL),
             "attn_cuda_bwd_prepare", &c);
   const attn_cuda_view vq = gc_view(&P, dq, P.Sq, P.Hq, P.D), vk = gc_view(&P, dk, P.Skv, P.Hkv, P.D),
                        vv = gc_view(&P, dv, P.Skv, P.Hkv, P.Dv);
@@ -378,7 +371,7 @@ static void check_block_case(gc_case c) {
       bo.p = (char *)bo.p + qs[qi] * bo.ss * gc_elem_bytes(&P);
       bk.p = (float *)bk.p + ks[ki] * bk.ss;
       bv.p = (float *)bv.p + ks[ki] * bv.ss;
-      expect_ok(attn_cuda_bwd_block(&bp, bo, P.d_lse, delta, P.Sq, bq, bk, bv, (qi + ki) & 1,
+      gc_expect_ok(attn_cuda_bwd_block(&bp, bo, P.d_lse, delta, P.Sq, bq, bk, bv, (qi + ki) & 1,
                                     P.d_ws, P.ws_bytes, NULL),
                 "attn_cuda_bwd_block", &c);
     }
@@ -425,8 +418,8 @@ static void run_empty(gc_case c, int expect) {
   const int64_t empties = gc_empty_rows(&P);
   const int64_t planted = gc_plant_unseen(&P, NAN, -INFINITY, INFINITY, NAN);
   gc_sync(&P);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_bwd(&P, &out, (int)(c.seed & 1)), "attn_cuda_bwd", &c);
   gc_expect_empty(&P, &out, &c, gc_check(&P, &out, 1, "NaN/Inf in unseen keys"), empties, planted, expect);
   gc_out_free(&out);
   gc_free(&P);
@@ -443,8 +436,8 @@ static void run_hot(gc_case c) {
   gc_init(&P, &c);
   gc_make_hot(&P);
   gc_sync(&P);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
   gc_check(&P, &out, 1, "masked +inf scores");
   gc_out_free(&out);
   gc_free(&P);
@@ -501,10 +494,10 @@ static void check_det(void) {
     gc_prob P;
     gc_out a = {0}, b = {0}, f = {0};
     gc_init(&P, &c);
-    expect_ok(gc_fwd(&P, &a), "attn_cuda_fwd", &c);
-    expect_ok(gc_bwd(&P, &a, 1), "attn_cuda_bwd deterministic", &c);
-    expect_ok(gc_bwd(&P, &b, 1), "attn_cuda_bwd deterministic", &c);
-    expect_ok(gc_bwd(&P, &f, 0), "attn_cuda_bwd", &c);
+    gc_expect_ok(gc_fwd(&P, &a), "attn_cuda_fwd", &c);
+    gc_expect_ok(gc_bwd(&P, &a, 1), "attn_cuda_bwd deterministic", &c);
+    gc_expect_ok(gc_bwd(&P, &b, 1), "attn_cuda_bwd deterministic", &c);
+    gc_expect_ok(gc_bwd(&P, &f, 0), "attn_cuda_bwd", &c);
     const int64_t nq = gc_n_q(&P), nk = gc_n_k(&P), nv = gc_n_v(&P);
     TU_CHECK(!memcmp(a.dq, b.dq, (size_t)nq * 4) && !memcmp(a.dk, b.dk, (size_t)nk * 4) &&
                  !memcmp(a.dv, b.dv, (size_t)nv * 4) && !memcmp(a.ds, b.ds, (size_t)P.Hq * 4),

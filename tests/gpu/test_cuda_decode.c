@@ -23,13 +23,6 @@ static int E; /* emulated: fewer, smaller cases */
 enum { PLAIN, PACKED, SPLIT, PACKED_SPLIT, NFORMS };
 static const char *form_name[NFORMS] = {"plain", "packed", "split", "packed+split"};
 
-static void expect_ok(attn_status st, const char *what, const gc_case *c) {
-  if (st == ATTN_OK) return;
-  char desc[600];
-  gc_describe(c, desc, sizeof desc);
-  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
-}
-
 /* Forces form f (splits: the split forms' count). */
 static void set_form(int f, int splits) {
   attn_cuda_set_decode(f == PACKED || f == PACKED_SPLIT ? 2 : 0,
@@ -120,7 +113,7 @@ static void run_forms(gc_case c, int splits, int bwd) {
   gc_ref(&P, 0);
   for (int f = 0; f < NFORMS; f++) {
     set_form(f, splits);
-    expect_ok(gc_fwd(&P, &out[f]), "attn_cuda_fwd", &c);
+    gc_expect_ok(gc_fwd(&P, &out[f]), "attn_cuda_fwd", &c);
     expect_plan(&P.pb, f, splits, &c);
     gc_check(&P, &out[f], 0, form_name[f]);
   }
@@ -139,8 +132,8 @@ static void run_forms(gc_case c, int splits, int bwd) {
   if (bwd) {
     gc_out g = {0};
     set_form(PACKED_SPLIT, splits);
-    expect_ok(gc_fwd(&P, &g), "attn_cuda_fwd", &c);
-    expect_ok(gc_bwd(&P, &g, 0), "attn_cuda_bwd", &c);
+    gc_expect_ok(gc_fwd(&P, &g), "attn_cuda_fwd", &c);
+    gc_expect_ok(gc_bwd(&P, &g, 0), "attn_cuda_bwd", &c);
     gc_check(&P, &g, 1, "backward from the packed+split forward");
     gc_out_free(&g);
   }
@@ -194,7 +187,7 @@ static void block_case(gc_case c, int splits) {
   const int64_t n = P.B * P.Hq * P.Sq;
   float *buf = td_alloc((size_t)(n * (2 + P.Dv)) * 4);
   attn_state st = {buf, buf + n, buf + 2 * n, P.B, P.Hq, P.Sq, P.Dv};
-  expect_ok(attn_cuda_state_init(&st, NULL), "attn_cuda_state_init", &c);
+  gc_expect_ok(attn_cuda_state_init(&st, NULL), "attn_cuda_state_init", &c);
   const int64_t ks[4] = {0, P.Skv / 3, P.Skv / 3 + 1 + P.Skv / 4, P.Skv};
   const int order[3] = {1, 2, 0};
   const size_t e = gc_elem_bytes(&P);
@@ -207,7 +200,7 @@ static void block_case(gc_case c, int splits) {
     b.k_pos0 = k0;
     b.k.p = (char *)b.k.p + k0 * b.k.ss * e;
     b.v.p = (char *)b.v.p + k0 * b.v.ss * e;
-    expect_ok(attn_cuda_fwd_block(&b, &st, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd_block", &c);
+    gc_expect_ok(attn_cuda_fwd_block(&b, &st, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd_block", &c);
     int pack, nsplit;
     attn_cuda_last_fwd_plan(&pack, &nsplit);
     split_calls += nsplit > 1;
@@ -215,7 +208,7 @@ static void block_case(gc_case c, int splits) {
   TU_CHECK(split_calls > 0, "%s: no block call split its keys", c.name);
   td_memset(P.d_o, 0xFF, (size_t)gc_n_o(&P) * e);
   td_memset(P.d_lse, 0xFF, (size_t)gc_n_lse(&P) * 4);
-  expect_ok(attn_cuda_finalize(&P.pb, &st, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
+  gc_expect_ok(attn_cuda_finalize(&P.pb, &st, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
             "attn_cuda_finalize", &c);
   td_sync();
   out.o = tu_alloc((size_t)gc_n_o(&P) * 4);
@@ -249,7 +242,7 @@ static void empty_case(gc_case c, int splits, int expect) {
   const int64_t empties = gc_empty_rows(&P);
   const int64_t planted = gc_plant_unseen(&P, NAN, -INFINITY, INFINITY, NAN);
   gc_sync(&P);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   expect_plan(&P.pb, PACKED_SPLIT, splits, &c);
   gc_expect_empty(&P, &out, &c, gc_check(&P, &out, 0, "NaN/Inf in unseen keys, packed+split"),
                   empties, planted, expect);
@@ -310,7 +303,7 @@ static void check_auto(void) {
   gc_init(&P, &c);
   attn_cuda_fwd_plan(&P.pb, &pack, &nsplit);
   TU_CHECK(pack == 4 && nsplit > 1, "auto decode: pack %d, %d splits", pack, nsplit);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   int ran_pack, ran_split;
   attn_cuda_last_fwd_plan(&ran_pack, &ran_split);
   TU_CHECK(ran_pack == pack && ran_split == nsplit, "auto decode ran %d, %d (plan %d, %d)",
@@ -318,7 +311,7 @@ static void check_auto(void) {
   gc_check(&P, &out, 0, "auto plan");
   const size_t full = P.ws_bytes;
   P.ws_bytes = 0;
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd without workspace", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd without workspace", &c);
   attn_cuda_last_fwd_plan(&ran_pack, &ran_split);
   TU_CHECK(ran_pack == pack && ran_split == 1, "no workspace ran %d, %d (want %d, 1)", ran_pack,
            ran_split, pack);

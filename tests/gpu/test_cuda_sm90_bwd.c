@@ -36,13 +36,6 @@ static int dq_tma;   /* the dQ mode under test (ATTN_SM90_DQ) */
 static int ran_sm90; /* cases the sm90 backward took (at the head dim cases() runs) */
 static int cur_dv;   /* Dv of the cases run() and run_offsets() get with .Dv 0 (0: D) */
 
-static void expect_ok(attn_status st, const char *what, const gc_case *c) {
-  if (st == ATTN_OK) return;
-  char desc[600];
-  gc_describe(c, desc, sizeof desc);
-  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
-}
-
 enum { PADC = 8, PADR = 3 }; /* padding of the gradient views: floats a row, rows a batch */
 
 /* A padded float32 gradient view [B, S(+PADR), H, D(+PADC)], the real elements zeroed; the
@@ -189,9 +182,9 @@ static void run(gc_case c, int deterministic, int flags) {
     TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);
   }
   TU_CHECK(!(flags & EXPECT_EMPTY) || empties > 0, "case %s has no empty rows", c.name);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   int64_t changed = 0;
-  expect_ok(run_bwd(&P, &out, deterministic, &changed), "attn_cuda_bwd_block", &c);
+  gc_expect_ok(run_bwd(&P, &out, deterministic, &changed), "attn_cuda_bwd_block", &c);
   const char *want = attn_cuda_bwd_path(&P.pb, deterministic), *got = attn_cuda_last_bwd_path();
   TU_CHECK(!strcmp(want, got), "backward ran %s, expected %s: %s", got, want, desc);
   ran_sm90 += !strcmp(got, "sm90");
@@ -200,7 +193,7 @@ static void run(gc_case c, int deterministic, int flags) {
   if (deterministic) { /* the same inputs again: the same bits */
     gc_out again = {0};
     int64_t changed2 = 0;
-    expect_ok(run_bwd(&P, &again, deterministic, &changed2), "attn_cuda_bwd_block (again)", &c);
+    gc_expect_ok(run_bwd(&P, &again, deterministic, &changed2), "attn_cuda_bwd_block (again)", &c);
     TU_CHECK(!memcmp(again.dq, out.dq, (size_t)gc_n_q(&P) * 4) && !memcmp(again.dk, out.dk, (size_t)gc_n_k(&P) * 4) &&
                  !memcmp(again.dv, out.dv, (size_t)gc_n_v(&P) * 4),
              "deterministic backward (%s) gave other bits the second time: %s", got, desc);
@@ -238,9 +231,9 @@ static void run_offsets(gc_case c, int64_t q_pos0, int64_t k_pos0, int64_t seq_q
   P.pb.seq_kv = seq_kv;
   char desc[600], what[120];
   gc_describe(&c, desc, sizeof desc);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   int64_t changed = 0;
-  expect_ok(run_bwd(&P, &out, 0, &changed), "attn_cuda_bwd_block", &c);
+  gc_expect_ok(run_bwd(&P, &out, 0, &changed), "attn_cuda_bwd_block", &c);
   const char *got = attn_cuda_last_bwd_path();
   TU_CHECK(!strcmp(got, attn_cuda_bwd_path(&P.pb, 0)), "backward ran %s: %s", got, desc);
   ran_sm90 += !strcmp(got, "sm90");

@@ -37,13 +37,6 @@ static int ran_sm90_block;    /* block calls the sm90 forward took */
 static int ran_mla, ran_mla_block; /* the same at Dqk != Dv (192 x 128) */
 static int ran_256, ran_256_block; /* the same at head dim 256 */
 
-static void expect_ok(attn_status st, const char *what, const gc_case *c) {
-  if (st == ATTN_OK) return;
-  char desc[600];
-  gc_describe(c, desc, sizeof desc);
-  TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
-}
-
 /* The forward of P just ran the family attn_cuda_fwd_path names for problem pb. */
 static int check_path(const attn_cuda_problem *pb, const gc_case *c) {
   const char *want = attn_cuda_fwd_path(pb), *got = attn_cuda_last_fwd_path();
@@ -77,9 +70,9 @@ static void run(gc_case c, int bwd, int flags) {
     gc_sync(&P);
     TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);
   }
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   ran_sm90 += check_path(&P.pb, &c);
-  if (bwd) expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
+  if (bwd) gc_expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
   const int ok = gc_check(&P, &out, bwd, bwd ? "sm90 fwd + bwd" : "sm90 fwd");
   gc_expect_empty(&P, &out, &c, ok, empties, planted, flags);
   gc_out_free(&out);
@@ -95,7 +88,7 @@ static void run_padded_o(gc_case c) {
   gc_out out = {0};
   c.seed = next_seed++;
   gc_init(&P, &c);
-  expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
+  gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
   gc_check(&P, &out, 0, "fwd");
   gc_out_free(&out);
   const int64_t S = P.Sq, H = P.Hq, D = P.Dv, sh = D + 8, ss = H * sh, sb = (S + 5) * ss;
@@ -105,7 +98,7 @@ static void run_padded_o(gc_case c) {
   td_download(dense, P.d_o, nd * 2);
   td_memset(d_pad, 0xFF, n * 2);
   const attn_cuda_view v = {d_pad, sb, ss, sh}, dv = gc_view(&P, P.d_o, S, H, D);
-  expect_ok(attn_cuda_fwd(&P.pb, v, P.d_lse, S, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd (padded O)", &c);
+  gc_expect_ok(attn_cuda_fwd(&P.pb, v, P.d_lse, S, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd (padded O)", &c);
   td_sync();
   td_download(pad, d_pad, n * 2);
   int64_t bad = 0;
@@ -197,7 +190,7 @@ static void pstate_make(pstate *s, const gc_prob *P, int64_t pad) {
   s->dev = td_alloc((size_t)s->n * 4);
   attn_state st = {s->dev, s->dev + n, s->dev + 2 * n, P->B, P->Hq, rows, P->Dv};
   s->st = st;
-  expect_ok(attn_cuda_state_init(&s->st, NULL), "attn_cuda_state_init", &P->c);
+  gc_expect_ok(attn_cuda_state_init(&s->st, NULL), "attn_cuda_state_init", &P->c);
   td_sync();
   float *h = tu_alloc((size_t)s->n * 4);
   td_download(h, s->dev, (size_t)s->n * 4);
@@ -287,7 +280,7 @@ static int64_t run_chain(gc_prob *P, const int64_t *qs, const int64_t *ks, int m
       const int sm90 = mode == MODE_SM90 || (mode == MODE_MIXED && (calls & 1));
       float *was = pstate_get(into);
       attn_cuda_set_hopper(sm90);
-      expect_ok(attn_cuda_fwd_block(&bp, &into->st, P->d_ws, P->ws_bytes, NULL),
+      gc_expect_ok(attn_cuda_fwd_block(&bp, &into->st, P->d_ws, P->ws_bytes, NULL),
                 "attn_cuda_fwd_block", &P->c);
       const char *want = sm90 ? attn_cuda_fwd_path(&bp) : "mma", *got = attn_cuda_last_fwd_path();
       TU_CHECK(!strcmp(want, got), "block call %lld ran %s, expected %s: %s", (long long)calls,
@@ -334,7 +327,7 @@ static float *finish(gc_prob *P, pstate *s, pstate *s2, gc_out *out) {
     float *h2 = pstate_get(s2), *d2 = dense_rows(P, h2), *dev2 = td_alloc((size_t)nf * 4);
     attn_state st2 = {dev2, dev2 + nd, dev2 + 2 * nd, P->B, P->Hq, P->Sq, P->Dv};
     td_upload(dev2, d2, (size_t)nf * 4);
-    expect_ok(attn_cuda_state_merge(&st, &st2, NULL), "attn_cuda_state_merge", &P->c);
+    gc_expect_ok(attn_cuda_state_merge(&st, &st2, NULL), "attn_cuda_state_merge", &P->c);
     td_sync();
     td_download(dense, dev, (size_t)nf * 4);
     td_free(dev2);
@@ -343,7 +336,7 @@ static float *finish(gc_prob *P, pstate *s, pstate *s2, gc_out *out) {
   }
   td_memset(P->d_o, 0xFF, (size_t)gc_n_o(P) * gc_elem_bytes(P));
   td_memset(P->d_lse, 0xFF, (size_t)gc_n_lse(P) * 4);
-  expect_ok(attn_cuda_finalize(&P->pb, &st, gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv), P->d_lse, NULL),
+  gc_expect_ok(attn_cuda_finalize(&P->pb, &st, gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv), P->d_lse, NULL),
             "attn_cuda_finalize", &P->c);
   td_sync();
   if (!out->o) out->o = tu_alloc((size_t)gc_n_o(P) * 4);
