@@ -278,6 +278,18 @@ void gc_out_free(gc_out *o) {
   memset(o, 0, sizeof *o);
 }
 
+int gc_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count,
+                 const char *first_part, int *small) {
+  const char *part = argc > 1 ? argv[1] : first_part;
+  if (!td_available()) {
+    printf("%s %s: no CUDA device, skipped\n", test, part);
+    return 77;
+  }
+  *small = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
+  printf("%s %s on %s; head dims built: %s\n", test, part, td_name(), attn_cuda_head_dims());
+  return tu_run_parts(test, argc, argv, parts, count);
+}
+
 /* ---- runs ---------------------------------------------------------------------------- */
 void gc_expect_ok(attn_status st, const char *what, const gc_case *c) {
   if (st == ATTN_OK) return;
@@ -286,18 +298,26 @@ void gc_expect_ok(attn_status st, const char *what, const gc_case *c) {
   TU_CHECK(0, "%s: %s: %s in %s", what, attn_status_string(st), attn_last_error(), desc);
 }
 
-attn_status gc_fwd(gc_prob *P, gc_out *out) {
+/* The forward (st NULL) or a finalize of st into the poisoned outputs, downloaded. */
+static attn_status fwd_or_finalize(gc_prob *P, const attn_state *state, gc_out *out) {
   const int64_t no = gc_n_o(P), nl = gc_n_lse(P);
   td_memset(P->d_o, 0xFF, (size_t)no * gc_elem_bytes(P));
   td_memset(P->d_lse, 0xFF, (size_t)nl * 4);
-  attn_status st = attn_cuda_fwd(&P->pb, gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv), P->d_lse,
-                                 P->Sq, P->d_ws, P->ws_bytes, NULL);
+  const attn_cuda_view o = gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv);
+  attn_status st = state ? attn_cuda_finalize(&P->pb, state, o, P->d_lse, NULL)
+                         : attn_cuda_fwd(&P->pb, o, P->d_lse, P->Sq, P->d_ws, P->ws_bytes, NULL);
   td_sync();
   if (!out->o) out->o = tu_alloc((size_t)no * 4);
   if (!out->lse) out->lse = tu_alloc((size_t)nl * 4);
   gc_download_elems(P, P->d_o, P->Sq, P->Hq, P->Dv, out->o);
   td_download(out->lse, P->d_lse, (size_t)nl * 4);
   return st;
+}
+
+attn_status gc_fwd(gc_prob *P, gc_out *out) { return fwd_or_finalize(P, NULL, out); }
+
+attn_status gc_finalize(gc_prob *P, const attn_state *st, gc_out *out) {
+  return fwd_or_finalize(P, st, out);
 }
 
 attn_status gc_bwd_views(gc_prob *P, attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,

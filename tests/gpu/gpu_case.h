@@ -88,11 +88,19 @@ void gc_download_elems(const gc_prob *P, const void *dev, int64_t S, int64_t H, 
 void gc_download_f32(const gc_prob *P, const float *dev, int64_t S, int64_t H, int64_t D,
                      float *out);
 
+/* The main of a multi-part CUDA test: exit 77 without a device; *small set on the
+ * emulator unless ATTN_EMU_FULL=1 (the GPU's full case lists, slow); then the part named
+ * by argv[1] (default first_part) by tu_run_parts. */
+int gc_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count,
+                 const char *first_part, int *small);
 /* A TU_CHECK failure naming the call, the status, attn_last_error() and the case, unless
  * st is ATTN_OK. */
 void gc_expect_ok(attn_status st, const char *what, const gc_case *c);
 /* One-shot forward into P->d_o / P->d_lse (poisoned first); out->o, out->lse. */
 attn_status gc_fwd(gc_prob *P, gc_out *out);
+/* O and LSE from state st (attn_cuda_finalize) into P->d_o / P->d_lse (poisoned first);
+ * out->o, out->lse as gc_fwd. */
+attn_status gc_finalize(gc_prob *P, const attn_state *st, gc_out *out);
 /* The backward of P (after gc_fwd) into the given float32 gradient views (zeroed by the
  * caller), and d(sinks) into ds_out [Hq]: attn_cuda_bwd_prepare + attn_cuda_bwd_block. */
 attn_status gc_bwd_views(gc_prob *P, attn_cuda_view dq, attn_cuda_view dk, attn_cuda_view dv,

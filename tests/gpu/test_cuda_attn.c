@@ -332,19 +332,11 @@ static void check_block_case(gc_case c) {
       if (ks[ki] == ks[ki + 1]) continue;
       attn_cuda_problem bp = block_problem(&P, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1]);
       gc_expect_ok(attn_cuda_fwd_block(&bp, ki == 1 ? &b : &a, P.d_ws, P.ws_bytes, NULL),
-                "attn_cuda_fwd_block", &c);
+                   "attn_cuda_fwd_block", &c);
     }
   }
   gc_expect_ok(attn_cuda_state_merge(&a, &b, NULL), "attn_cuda_state_merge", &c);
-  td_memset(P.d_o, 0xFF, (size_t)gc_n_o(&P) * gc_elem_bytes(&P));
-  td_memset(P.d_lse, 0xFF, (size_t)gc_n_lse(&P) * 4);
-  gc_expect_ok(attn_cuda_finalize(&P.pb, &a, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
-            "attn_cuda_finalize", &c);
-  td_sync();
-  out.o = tu_alloc((size_t)gc_n_o(&P) * 4);
-  out.lse = tu_alloc((size_t)gc_n_lse(&P) * 4);
-  gc_download_elems(&P, P.d_o, P.Sq, P.Hq, P.Dv, out.o);
-  td_download(out.lse, P.d_lse, (size_t)gc_n_lse(&P) * 4);
+  gc_expect_ok(gc_finalize(&P, &a, &out), "attn_cuda_finalize", &c);
   gc_check(&P, &out, 0, "chained fwd_block + merge + finalize");
   same_as_one_shot(&P, &out, &one);
 
@@ -359,7 +351,7 @@ static void check_block_case(gc_case c) {
   const attn_cuda_view o = gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv);
   const attn_cuda_view dO = gc_view(&P, P.ddo, P.Sq, P.Hq, P.Dv);
   gc_expect_ok(attn_cuda_bwd_prepare(&P.pb, o, dO, P.d_lse, delta, P.sinks ? ds : NULL, NULL),
-            "attn_cuda_bwd_prepare", &c);
+               "attn_cuda_bwd_prepare", &c);
   const attn_cuda_view vq = gc_view(&P, dq, P.Sq, P.Hq, P.D), vk = gc_view(&P, dk, P.Skv, P.Hkv, P.D),
                        vv = gc_view(&P, dv, P.Skv, P.Hkv, P.Dv);
   for (int qi = 0; qi < 2; qi++)
@@ -372,8 +364,8 @@ static void check_block_case(gc_case c) {
       bk.p = (float *)bk.p + ks[ki] * bk.ss;
       bv.p = (float *)bv.p + ks[ki] * bv.ss;
       gc_expect_ok(attn_cuda_bwd_block(&bp, bo, P.d_lse, delta, P.Sq, bq, bk, bv, (qi + ki) & 1,
-                                    P.d_ws, P.ws_bytes, NULL),
-                "attn_cuda_bwd_block", &c);
+                                       P.d_ws, P.ws_bytes, NULL),
+                   "attn_cuda_bwd_block", &c);
     }
   td_sync();
   out.dq = tu_alloc((size_t)nq * 4);
@@ -601,13 +593,7 @@ int main(int argc, char **argv) {
       {"flags", sweep_flags},   {"masks", sweep_masks},   {"windows", sweep_windows},
       {"block", check_block},   {"empty", check_empty},   {"det", check_det},
       {"api", check_api},       {"dims", sweep_wide_dims}, {"f32", sweep_f32}};
-  const char *part = argc > 1 ? argv[1] : "quick";
-  if (!td_available()) {
-    printf("test_cuda_attn %s: no CUDA device, skipped\n", part);
-    return 77;
-  }
   /* ATTN_EMU_FULL=1 runs the GPU's full case lists on the emulator too (slow). */
-  E = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
-  printf("test_cuda_attn %s on %s; head dims built: %s\n", part, td_name(), attn_cuda_head_dims());
-  return tu_run_parts("test_cuda_attn", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
+  return gc_run_parts("test_cuda_attn", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]),
+                      "quick", &E);
 }

@@ -206,15 +206,7 @@ static void block_case(gc_case c, int splits) {
     split_calls += nsplit > 1;
   }
   TU_CHECK(split_calls > 0, "%s: no block call split its keys", c.name);
-  td_memset(P.d_o, 0xFF, (size_t)gc_n_o(&P) * e);
-  td_memset(P.d_lse, 0xFF, (size_t)gc_n_lse(&P) * 4);
-  gc_expect_ok(attn_cuda_finalize(&P.pb, &st, gc_view(&P, P.d_o, P.Sq, P.Hq, P.Dv), P.d_lse, NULL),
-            "attn_cuda_finalize", &c);
-  td_sync();
-  out.o = tu_alloc((size_t)gc_n_o(&P) * 4);
-  out.lse = tu_alloc((size_t)gc_n_lse(&P) * 4);
-  gc_download_elems(&P, P.d_o, P.Sq, P.Hq, P.Dv, out.o);
-  td_download(out.lse, P.d_lse, (size_t)gc_n_lse(&P) * 4);
+  gc_expect_ok(gc_finalize(&P, &st, &out), "attn_cuda_finalize", &c);
   gc_check(&P, &out, 0, "split fwd_block x 3 + finalize");
   gc_expect_empty(&P, &out, &c, 1, gc_empty_rows(&P), 0, 0);
   td_free(buf);
@@ -332,12 +324,6 @@ int main(int argc, char **argv) {
   static const tu_part parts[] = {{"shapes", sweep_decode}, {"block", check_block},
                                   {"empty", check_empty},   {"auto", check_auto},
                                   {"all", all}};
-  const char *part = argc > 1 ? argv[1] : "all";
-  if (!td_available()) {
-    printf("test_cuda_decode %s: no CUDA device, skipped\n", part);
-    return 77;
-  }
-  E = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
-  printf("test_cuda_decode %s on %s; head dims built: %s\n", part, td_name(), attn_cuda_head_dims());
-  return tu_run_parts("test_cuda_decode", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
+  return gc_run_parts("test_cuda_decode", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]),
+                      "all", &E);
 }

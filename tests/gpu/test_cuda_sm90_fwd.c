@@ -281,7 +281,7 @@ static int64_t run_chain(gc_prob *P, const int64_t *qs, const int64_t *ks, int m
       float *was = pstate_get(into);
       attn_cuda_set_hopper(sm90);
       gc_expect_ok(attn_cuda_fwd_block(&bp, &into->st, P->d_ws, P->ws_bytes, NULL),
-                "attn_cuda_fwd_block", &P->c);
+                   "attn_cuda_fwd_block", &P->c);
       const char *want = sm90 ? attn_cuda_fwd_path(&bp) : "mma", *got = attn_cuda_last_fwd_path();
       TU_CHECK(!strcmp(want, got), "block call %lld ran %s, expected %s: %s", (long long)calls,
                got, want, desc);
@@ -334,15 +334,7 @@ static float *finish(gc_prob *P, pstate *s, pstate *s2, gc_out *out) {
     free(h2);
     free(d2);
   }
-  td_memset(P->d_o, 0xFF, (size_t)gc_n_o(P) * gc_elem_bytes(P));
-  td_memset(P->d_lse, 0xFF, (size_t)gc_n_lse(P) * 4);
-  gc_expect_ok(attn_cuda_finalize(&P->pb, &st, gc_view(P, P->d_o, P->Sq, P->Hq, P->Dv), P->d_lse, NULL),
-            "attn_cuda_finalize", &P->c);
-  td_sync();
-  if (!out->o) out->o = tu_alloc((size_t)gc_n_o(P) * 4);
-  if (!out->lse) out->lse = tu_alloc((size_t)gc_n_lse(P) * 4);
-  gc_download_elems(P, P->d_o, P->Sq, P->Hq, P->Dv, out->o);
-  td_download(out->lse, P->d_lse, (size_t)gc_n_lse(P) * 4);
+  gc_expect_ok(gc_finalize(P, &st, out), "attn_cuda_finalize", &P->c);
   td_free(dev);
   return dense;
 }
