@@ -317,6 +317,8 @@ if [ -n "$SANITIZER" ]; then
   stage memcheck-hopper 150 env ATTN_CUDA_HOPPER=1 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
   STAGE_NOTE="test_cuda_attn quick"
   stage memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_decode block (packed GQA + split-KV into a carried state)"
+  stage memcheck-decode 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" block
   STAGE_NOTE="test_cuda_attn quick (shared-memory hazards)"
   stage racecheck 150 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else
