@@ -267,7 +267,7 @@ static fwd_plan plan_fwd(const attn_cuda_problem *p, int hopper) {
   fwd_plan pl = {1, 1};
   if (p->dtype == ATTN_F32 || p->Hkv < 1 || p->Hq % p->Hkv || p->sq < 1 || p->skv < 1) return pl;
   pl.pack = plan_pack(p);
-  if (hopper && pl.pack == 1) return pl;
+  if ((hopper && pl.pack == 1) || p->Dv > FA_COMBINE_DMAX) return pl;
   pl.nsplit = plan_splits(p, pl.pack);
   return pl;
 }

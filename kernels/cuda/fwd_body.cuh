@@ -179,7 +179,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
     const int r = wr0 + g + 8 * i, pos = R0 + r / pack, h = h0 + r % pack;
     if (r >= rows) continue;
     if (p.nsplit > 1) {
-      const int split_ = (int)blockIdx.x % p.nsplit;
+      const int split_ = (int)blockIdx.x % p.nsplit; /* again: no register held for it */
       const int64_t prow = (int64_t)split_ * (p.B * p.Hq * p.sq) + (b * p.Hq + h) * p.sq + pos;
       fa_state_put(p.part_m, p.part_l, p.part_acc, prow, i, tg, &acc[0][0], m, l);
       continue;

@@ -36,6 +36,8 @@ typedef struct {
  * l [nsplit][R], acc [nsplit][R][Dv], R = B * Hq * sq rows, row (b * Hq + h) * sq + i. */
 #define FA_PART_ROWS(pb) ((pb)->B * (pb)->Hq * (pb)->sq)
 #define FA_PART_FLOATS(pb, nsplit) ((int64_t)(nsplit) * FA_PART_ROWS(pb) * (2 + (pb)->Dv))
+/* The widest Dv the split-KV combine folds (state.cu): wider problems run unsplit. */
+#define FA_COMBINE_DMAX 256
 
 /* Each returns 0 or a cudaError_t value (the dispatcher turns it into a message), or
  * FA_ERR_FALLBACK: this instance cannot take the problem here (nothing was launched); the

@@ -177,7 +177,9 @@ FA_KERNEL_GENERIC fa_finalize_kernel(const float *m, const float *l, const float
 /* Split-KV, step two: one warp per row (b, h, i) of the call folds the nsplit partial
  * states (instance.h's layout, R rows each) in split order, so the result does not depend
  * on the schedule; with st_m set, the carried state of row q_row0 + i comes first and the
- * sum goes back there, else O and LSE are written (sinks once, as finalize). */
+ * sum goes back there, else O and LSE are written (sinks once, as finalize). Each split's
+ * weight e^(m_s - max) is taken once; a lane holds D / 32 columns (D <= FA_COMBINE_DMAX,
+ * which dispatch.c's plan keeps to). */
 FA_KERNEL_GENERIC fa_split_combine_kernel(const float *pm, const float *pl, const float *pacc,
                                           int nsplit, int64_t B, int64_t H, int64_t sq,
                                           int64_t D, float *st_m, float *st_l, float *st_acc,
@@ -193,17 +195,31 @@ FA_KERNEL_GENERIC fa_split_combine_kernel(const float *pm, const float *pl, cons
   for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, pm[s * R + r]);
   if (mx == -INFINITY && st_m) return; /* nothing seen anywhere: the state stays as it is */
   const float mu = mx == -INFINITY ? 0.0f : mx;
-  float l = 0.0f;
-  if (st_m) l = st_l[srow] * expf(st_m[srow] - mu);
-  for (int s = 0; s < nsplit; s++) l += pl[s * R + r] * expf(pm[s * R + r] - mu);
+  float l = 0.0f, a[FA_COMBINE_DMAX / 32]; /* a[k]: column lane + 32 k */
+  const float wc = st_m ? expf(st_m[srow] - mu) : 0.0f;
+  if (st_m) l = st_l[srow] * wc;
+  FA_UNROLL
+  for (int k = 0; k < FA_COMBINE_DMAX / 32; k++) {
+    const int64_t d = lane + 32 * k;
+    a[k] = st_m && d < D ? st_acc[srow * D + d] * wc : 0.0f;
+  }
+  for (int s = 0; s < nsplit; s++) {
+    const float w = expf(pm[s * R + r] - mu);
+    l += pl[s * R + r] * w;
+    const float *ps = pacc + (s * R + r) * D;
+    FA_UNROLL
+    for (int k = 0; k < FA_COMBINE_DMAX / 32; k++)
+      if (lane + 32 * k < D) a[k] += ps[lane + 32 * k] * w;
+  }
   float inv = 1.0f, out = 0.0f;
   if (!st_m) fa_finish_row(mx, l, sinks ? sinks[h] : -INFINITY, &inv, &out);
   const int64_t orow = b * o.sb + i * o.ss + h * o.sh; /* element of o[b, i, h, 0] */
-  for (int64_t d = lane; d < D; d += 32) {
-    float a = st_m ? st_acc[srow * D + d] * expf(st_m[srow] - mu) : 0.0f;
-    for (int s = 0; s < nsplit; s++) a += pacc[(s * R + r) * D + d] * expf(pm[s * R + r] - mu);
-    if (st_m) st_acc[srow * D + d] = a;
-    else fa_store(o.p, orow + d, a * inv, dtype);
+  FA_UNROLL
+  for (int k = 0; k < FA_COMBINE_DMAX / 32; k++) {
+    const int64_t d = lane + 32 * k;
+    if (d >= D) continue;
+    if (st_m) st_acc[srow * D + d] = a[k];
+    else fa_store(o.p, orow + d, a[k] * inv, dtype);
   }
   fa_syncwarp(); /* every lane has read st_m[srow] */
   if (lane != 0) return;
