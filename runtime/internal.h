@@ -14,6 +14,8 @@ attn_status attn__fail(attn_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void attn__clear_error(void);
 
+#define ATTN__MAX_HEAD_DIM 256 /* head_dim_qk and head_dim_v: 1..this (validate.c) */
+
 #define ATTN_CHECK(expr)                   \
   do {                                     \
     attn_status attn__s_ = (expr);         \

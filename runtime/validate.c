@@ -4,8 +4,6 @@
 
 #include <string.h>
 
-#define MAX_HEAD_DIM 256
-
 attn_status attn__copy_spec(const attn_spec *spec, attn_spec *out) {
   if (!spec) return attn__fail(ATTN_ERR_INVALID_ARG, "spec is NULL");
   if (spec->size < offsetof(attn_spec, sinks) || spec->size > (1u << 16))
@@ -33,12 +31,12 @@ attn_status attn__check_spec(const attn_spec *s) {
     return attn__fail(ATTN_ERR_INVALID_ARG,
                       "num_heads_q=%d is not a multiple of num_heads_kv=%d (GQA needs Hq %% Hkv == 0)",
                       s->num_heads_q, s->num_heads_kv);
-  if (s->head_dim_qk <= 0 || s->head_dim_qk > MAX_HEAD_DIM)
+  if (s->head_dim_qk <= 0 || s->head_dim_qk > ATTN__MAX_HEAD_DIM)
     return attn__fail(ATTN_ERR_UNSUPPORTED, "head_dim_qk=%d is not supported (1..%d)",
-                      s->head_dim_qk, MAX_HEAD_DIM);
-  if (s->head_dim_v < 0 || s->head_dim_v > MAX_HEAD_DIM)
+                      s->head_dim_qk, ATTN__MAX_HEAD_DIM);
+  if (s->head_dim_v < 0 || s->head_dim_v > ATTN__MAX_HEAD_DIM)
     return attn__fail(ATTN_ERR_UNSUPPORTED, "head_dim_v=%d is not supported (1..%d, 0 = Dqk)",
-                      s->head_dim_v, MAX_HEAD_DIM);
+                      s->head_dim_v, ATTN__MAX_HEAD_DIM);
   if (!(s->scale >= 0.0f) || isinf(s->scale))
     return attn__fail(ATTN_ERR_INVALID_ARG, "scale=%g must be finite and >= 0 (0 = 1/sqrt(Dqk))",
                       (double)s->scale);

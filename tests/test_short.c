@@ -10,7 +10,7 @@
  *    problem as MHA with K/V copied to every query head (one head a tile): packing moves
  *    work between lanes and nothing else. One thread (splits would change the rounding),
  *    and shapes where both sides take the same kernels (the row kernels for up to
- *    CPU_ROWS_MAX = 8 lanes, the tile kernels above; they round differently). */
+ *    CPU_ROWS_MAX = 16 lanes a KV group, the tile kernels above; they round differently). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,18 +25,20 @@ typedef struct {
   int pair; /* both sides of the pair take the same kernels (rows or tiles) in every item */
 } short_shape;
 
-/* Lanes in use a tile = packed heads x rows (u). Decode with groups of 4 and of 8 (u = 4,
- * 8: row kernels; 1 item a batch and group), 5 rows of a group of 6 (u = 30, narrow
- * tiles), 50 rows fitting 2 heads of a group of 3 (packs of 2 + 1), 3 rows of a group of 4
- * (u = 12: one vector of lanes), 9 rows of a group of 2 (tiles on both sides of the pair,
- * rows with varlen). */
+/* Lanes in use a KV group = packed heads x rows (u). Decode with groups of 4 and of 8
+ * (u = 4, 8: row kernels, the KV groups of a batch in one item), 5 rows of a group of 6
+ * (u = 30, narrow tiles), 50 rows fitting 2 heads of a group of 3 (packs of 2 + 1), 3 rows
+ * of a group of 4 (u = 12: rows), 17 rows of a group of 2 (tiles on both sides of the
+ * pair, rows with varlen), 2 rows of a group of 8 (u = 16, the most the row kernels take;
+ * the MHA side packs 8 groups of 2 lanes). */
 static const short_shape shapes[] = {
     {2, 1, 700, 8, 2, 64, 64, {1, 0, 0}, {300, 400, 0}, 1},
     {1, 1, 1000, 8, 1, 128, 128, {1, 0, 0}, {1, 999, 0}, 1},
     {1, 5, 333, 6, 1, 32, 40, {2, 0, 3}, {100, 33, 200}, 0},
     {1, 50, 300, 6, 2, 24, 16, {20, 1, 29}, {150, 50, 100}, 1},
     {1, 3, 500, 8, 2, 64, 32, {1, 2, 0}, {200, 300, 0}, 0},
-    {1, 9, 400, 4, 2, 48, 48, {4, 0, 3}, {100, 100, 200}, 1},
+    {1, 17, 400, 4, 2, 48, 48, {4, 0, 3}, {100, 100, 200}, 1},
+    {1, 2, 600, 16, 2, 64, 64, {1, 1, 0}, {250, 350, 0}, 1},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 

@@ -12,10 +12,12 @@
 #define CPU_BR 128 /* query rows per tile (lanes) */
 #define CPU_BC 128 /* keys per tile */
 #define CPU_LOG2E 1.4426950408889634f
-/* A tile with at most this many lanes in use (decode: a few rows of a few heads) takes the
- * row kernels: the tile kernels compute 16 lanes at least and broadcast each K and V
- * element, the row kernels stream K and V rows once for all the lanes. */
-#define CPU_ROWS_MAX 8
+/* A KV group with at most this many lanes in a tile (decode: a few rows of a few heads)
+ * takes the row kernels: the tile kernels compute 16 lanes at least and broadcast each K
+ * and V element, the row kernels stream K and V rows once for all the lanes. Measured
+ * (GQA 32/8, 32K keys, 2 threads): 16 lanes 16 ms by rows vs 21 by tiles; 32 lanes 28 vs
+ * 24. */
+#define CPU_ROWS_MAX 16
 
 /* Masks and transforms of one (query tile, key tile) pair, in log2 units. A tile's lanes
  * hold nh query heads of one GQA group over the same rows: lane L is row L % rows of head
@@ -35,6 +37,16 @@ typedef struct {
 } cpu_tile_info;
 
 enum { CPU_GEMM_SET = 0, CPU_GEMM_ADD = 1, CPU_GEMM_SCALE_ADD = 2 };
+
+/* Rows a row kernel brings into cache while it computes, spread over its steps: the rows
+ * the next kernel of the tile loop reads (V during the scores, the next K tile during
+ * P·V). A decode tile computes for about a microsecond, several memory latencies, so a
+ * phase's lead hides the misses of rows that sit a page apart (BSHD K/V). */
+typedef struct {
+  const char *p;  /* row 0, or NULL: nothing to bring in */
+  int64_t stride; /* bytes between rows */
+  int rows, bytes; /* rows, and bytes of each */
+} cpu_prefetch;
 
 typedef struct {
   const char *name;
@@ -70,17 +82,19 @@ typedef struct {
   int (*nonfinite)(const void *src, int64_t ss, attn_dtype t, int rows, int D);
   /* Row kernels, for tiles of at most CPU_ROWS_MAX lanes (decode): the lanes are rows and
    * the keys are the vector lanes. S [u][CPU_BC]: S[L][j] = sum_d K[j*ldk + d] Q[L*ldq + d]
-   * for L < u, j < nj. */
+   * for L < u, j < nj; brings pf's rows in meanwhile. */
   void (*scores_rows)(float *S, const float *K, int64_t ldk, int nj, const float *Q, int64_t ldq,
-                      int u, int D);
-  /* S [u][CPU_BC] (raw scaled scores) → P in place, as softmax_fwd does for lanes. */
-  void (*softmax_rows)(float *S, int nj, int u, const cpu_tile_info *ti, float *m, float *l,
-                       float *alpha);
+                      int u, int D, const cpu_prefetch *pf);
+  /* S [u][CPU_BC] (raw scaled scores) → P in place, as softmax_fwd does for lanes; row L
+   * of S and m[L], l[L], alpha[L] are lane L0 + L of ti (a KV group's lanes of a tile that
+   * carries several groups). */
+  void (*softmax_rows)(float *S, int nj, int u, const cpu_tile_info *ti, int L0, float *m,
+                       float *l, float *alpha);
   /* O [u][ldo]: O[L] = alpha[L] O[L] + sum_j P[L*CPU_BC + j] V[j*ldv ..], d < D; a zero
    * probability adds nothing even where V holds NaN or Inf (the kernel looks itself: no
-   * tile flags). */
+   * tile flags); brings pf's rows in meanwhile. */
   void (*pv_rows)(float *O, int64_t ldo, const float *V, int64_t ldv, int nj, const float *P,
-                  int u, int D, const float *alpha);
+                  int u, int D, const float *alpha, const cpu_prefetch *pf);
 } cpu_tile_ops;
 
 extern const cpu_tile_ops attn__cpu_ops_scalar;
@@ -120,9 +134,12 @@ static inline int attn__cpu_splits(int64_t units, int threads, int64_t max_split
   return s < 1 ? 1 : (int)s;
 }
 
-/* Query heads of one GQA group that share a tile's lanes when it has `rows` rows: all of
- * them that fit in CPU_BR lanes (1 for full tiles). Decode and short varlen sequences
- * then load each K/V tile once for the group instead of once a head. */
+/* Query heads that share a tile's lanes when it has `rows` rows: all of a GQA group's
+ * that fit in CPU_BR lanes (1 for full tiles), so decode and short varlen sequences load
+ * each K/V tile once for the group instead of once a head. When a whole group takes the
+ * row kernels (G * rows <= CPU_ROWS_MAX), several whole groups (up to CPU_BR lanes): the
+ * tile loop then visits their KV heads in turn, so it reads every K/V row of a key range
+ * (BSHD: the heads of a key sit side by side in one page) at about the same time. */
 int attn__cpu_pack_heads(const attn__problem *pb, int rows);
 
 /* Fills ti for local rows [r0, r0+rows) x local keys [c0, c1) of seg for heads

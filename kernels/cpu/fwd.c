@@ -2,7 +2,7 @@
  * carrying a float32 (m, l, acc) state; one-shot (state in registers/L1, written as O and
  * LSE) or block mode (state loaded from and stored to an attn_state). A short query tile
  * carries several query heads of its GQA group in its lanes (decode: one K/V pass a
- * group). */
+ * group), and on the row kernels several whole groups, visited in turn on each key tile. */
 #include "convert.h"
 #include "cpu.h"
 
@@ -17,9 +17,10 @@ typedef struct {
 
 typedef struct {
   float *qt;    /* [Dqk][CPU_BR] scaled Q^T */
-  float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T; the row kernels' S [CPU_ROWS_MAX][CPU_BC],
-                 * Q rows [CPU_ROWS_MAX][Dqk] and O rows [CPU_ROWS_MAX][Dv] instead */
+  float *s;     /* [CPU_BC][CPU_BR] S^T, then P^T; the row kernels' S [CPU_ROWS_MAX][CPU_BC]
+                 * instead (and their Q rows [CPU_BR][Dqk] in qt) */
   float *ot;    /* [Dv][CPU_BR] unnormalised O^T */
+  float *ro;    /* [CPU_BR][Dv] the row kernels' O rows (the state while they run) */
   float *cv;    /* [CPU_BC][max(Dqk, Dv)] rows as float32: the lanes' Q, acc or O rows
                  * ([nh*rows][D]), or a bf16/f16 K or V tile */
   float m[CPU_BR], l[CPU_BR], alpha[CPU_BR]; /* log2 units */
@@ -64,12 +65,10 @@ static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   jb->ops->pack_t(w->qt, q, ld, it->nh * it->rows, (int)pb->Dqk, qs);
 }
 
-/* Row kernels' buffers in w->s (see fwd_work). */
+/* Row kernels' buffers (see fwd_work). */
 static float *rows_s(fwd_work *w) { return w->s; }
-static float *rows_q(fwd_work *w) { return w->s + CPU_ROWS_MAX * CPU_BC; }
-static float *rows_o(const attn__problem *pb, fwd_work *w) {
-  return rows_q(w) + CPU_ROWS_MAX * pb->Dqk;
-}
+static float *rows_q(fwd_work *w) { return w->qt; }
+static float *rows_o(fwd_work *w) { return w->ro; }
 
 /* The row kernels' Q rows (scaled) and O rows (from w->ot, the state) of the item. */
 static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
@@ -78,22 +77,52 @@ static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const int u = it->nh * it->rows;
   int64_t ld;
   const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
-  float *qr = rows_q(w); /* [u][Dqk] */
+  float *qr = rows_q(w); /* [u][Dqk], u <= CPU_BR */
   for (int L = 0; L < u; L++)
     for (int64_t d = 0; d < pb->Dqk; d++) qr[L * pb->Dqk + d] = q[L * ld + d] * qs;
-  jb->ops->unpack_t(rows_o(pb, w), pb->Dv, w->ot, u, (int)pb->Dv, NULL);
+  jb->ops->unpack_t(rows_o(w), pb->Dv, w->ot, u, (int)pb->Dv, NULL);
+}
+
+/* Keys [c0, c1) of KV head hk of batch b of x (D wide) as rows to prefetch. */
+static cpu_prefetch kv_rows(const attn__problem *pb, attn__view x, int64_t b, int64_t hk,
+                            int64_t c0, int64_t c1, int64_t D) {
+  const int64_t es = (int64_t)attn_dtype_size(pb->dtype);
+  if (c0 >= c1) return (cpu_prefetch){NULL, 0, 0, 0};
+  return (cpu_prefetch){attn__cpu_row(x, pb->dtype, b, c0, hk), x.ss * es, (int)(c1 - c0),
+                        (int)(D * es)};
+}
+
+/* One KV group's lanes [L0, L0 + ug) through the row kernels on keys [ca, cb) of KV head
+ * hk (state in rows_o); `next` is what the tile loop reads after this group's P·V. */
+static void rows_group(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_t hk, int L0,
+                       int ug, int64_t ca, int64_t cb, const cpu_prefetch *next) {
+  const attn__problem *pb = jb->pb;
+  const cpu_tile_ops *ops = jb->ops;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, nj = (int)(cb - ca);
+  int64_t ld;
+  const float *kt = attn__cpu_rows_f32(ops, pb->k, pb->dtype, it->b, ca, hk, nj, Dqk, w->cv,
+                                       &ld); /* [nj] rows */
+  const cpu_prefetch vrows = kv_rows(pb, pb->v, it->b, hk, ca, cb, Dv);
+  ops->scores_rows(rows_s(w), kt, ld, nj, rows_q(w) + (size_t)L0 * Dqk, Dqk, ug, Dqk, &vrows);
+  ops->softmax_rows(rows_s(w), nj, ug, &w->ti, L0, w->m + L0, w->l + L0, w->alpha + L0);
+  const float *vt = attn__cpu_rows_f32(ops, pb->v, pb->dtype, it->b, ca, hk, nj, Dv, w->cv,
+                                       &ld); /* K's rows are done */
+  ops->pv_rows(rows_o(w) + (size_t)L0 * Dv, Dv, vt, ld, nj, rows_s(w), ug, Dv, w->alpha + L0,
+               next);
 }
 
 /* Folds split `split` of `nsplit` of the item's visible key tiles into w's state;
- * returns the tiles computed (flops added to *flops). Up to CPU_ROWS_MAX lanes, through
- * the row kernels (state in rows_o meanwhile), else through the tile kernels. */
+ * returns the tiles computed (flops added to *flops). When each KV group's lanes fit the
+ * row kernels (CPU_ROWS_MAX), through them, group after group on each tile (state in
+ * rows_o meanwhile); else through the tile kernels (then the item is one group). */
 static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int split,
                          int nsplit, double *flops) {
   const attn__problem *pb = jb->pb;
   const cpu_tile_ops *ops = jb->ops;
   const cpu_segment *seg = &jb->segs[it->seg];
-  const int64_t hk = it->h / (pb->Hq / pb->Hkv);
-  const int u = it->nh * it->rows, by_rows = u <= CPU_ROWS_MAX;
+  const int64_t G = pb->Hq / pb->Hkv, hk0 = it->h / G;
+  const int hg = it->nh < G ? it->nh : (int)G, ng = it->nh / hg, ug = hg * it->rows;
+  const int u = it->nh * it->rows, by_rows = ug <= CPU_ROWS_MAX;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   int64_t kc0, kc1, computed = 0;
   attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
@@ -101,33 +130,37 @@ static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int
   if (by_rows) rows_begin(jb, it, w);
   else pack_qt(jb, it, w);
   const int64_t t0 = kc0 / CPU_BC, nt = (kc1 - 1) / CPU_BC + 1 - t0;
-  for (int64_t t = t0 + nt * split / nsplit; t < t0 + nt * (split + 1) / nsplit; t++) {
+  const int64_t t_end = t0 + nt * (split + 1) / nsplit;
+  for (int64_t t = t0 + nt * split / nsplit; t < t_end; t++) {
     int64_t ca = t * CPU_BC > kc0 ? t * CPU_BC : kc0;
     int64_t cb = (t + 1) * CPU_BC < kc1 ? (t + 1) * CPU_BC : kc1;
     int nj = (int)(cb - ca);
     if (!attn__cpu_tile_info(pb, seg, it->h, it->nh, it->r0, it->rows, ca, cb, &w->ti, w->elem))
       continue;
-    int64_t ld;
-    const float *kt = attn__cpu_rows_f32(ops, pb->k, pb->dtype, it->b, ca, hk, nj, Dqk, w->cv,
-                                         &ld); /* [nj] rows */
-    if (by_rows) {
-      ops->scores_rows(rows_s(w), kt, ld, nj, rows_q(w), Dqk, u, Dqk);
-      ops->softmax_rows(rows_s(w), nj, u, &w->ti, w->m, w->l, w->alpha);
-    } else {
-      ops->gemm(w->s, CPU_BR, kt, 1, ld, w->qt, CPU_BR, nj, w->ti.lanes, Dqk, NULL, CPU_GEMM_SET, 0);
-      ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
-    }
-    const float *vt = attn__cpu_rows_f32(ops, pb->v, pb->dtype, it->b, ca, hk, nj, Dv, w->cv,
-                                         &ld); /* K's rows are done */
-    if (by_rows)
-      ops->pv_rows(rows_o(pb, w), Dv, vt, ld, nj, rows_s(w), u, Dv, w->alpha);
-    else
-      ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, Dv, w->ti.lanes, nj, w->alpha,
-                CPU_GEMM_SCALE_ADD, attn__cpu_tile_nonfinite(jb->vbad, ops, it->b, hk, t));
     computed++;
     *flops += 2.0 * u * nj * (double)(pb->Dqk + pb->Dv);
+    if (by_rows) {
+      /* after each group's P·V: the next group's K rows, or the next tile's first */
+      int64_t nb = (t + 2) * CPU_BC < kc1 ? (t + 2) * CPU_BC : kc1;
+      if (t + 1 >= t_end) nb = cb; /* the split ends here: nothing */
+      for (int g = 0; g < ng; g++) {
+        const cpu_prefetch next = g + 1 < ng ? kv_rows(pb, pb->k, it->b, hk0 + g + 1, ca, cb, Dqk)
+                                             : kv_rows(pb, pb->k, it->b, hk0, cb, nb, Dqk);
+        rows_group(jb, it, w, hk0 + g, g * ug, ug, ca, cb, &next);
+      }
+      continue;
+    }
+    int64_t ld;
+    const float *kt = attn__cpu_rows_f32(ops, pb->k, pb->dtype, it->b, ca, hk0, nj, Dqk, w->cv,
+                                         &ld); /* [nj] rows */
+    ops->gemm(w->s, CPU_BR, kt, 1, ld, w->qt, CPU_BR, nj, w->ti.lanes, Dqk, NULL, CPU_GEMM_SET, 0);
+    ops->softmax_fwd(w->s, nj, &w->ti, w->m, w->l, w->alpha);
+    const float *vt = attn__cpu_rows_f32(ops, pb->v, pb->dtype, it->b, ca, hk0, nj, Dv, w->cv,
+                                         &ld); /* K's rows are done */
+    ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, Dv, w->ti.lanes, nj, w->alpha,
+              CPU_GEMM_SCALE_ADD, attn__cpu_tile_nonfinite(jb->vbad, ops, it->b, hk0, t));
   }
-  if (by_rows) ops->pack_t(w->ot, rows_o(pb, w), pb->Dv, u, Dv, 1.0f); /* back to the state */
+  if (by_rows) ops->pack_t(w->ot, rows_o(w), pb->Dv, u, Dv, 1.0f); /* back to the state */
   return computed;
 }
 
@@ -232,7 +265,7 @@ static _Thread_local size_t cached_floats;
 static fwd_work *work_get(const attn__problem *pb) {
   size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
   size_t cv = (size_t)CPU_BC * (size_t)(pb->Dqk > pb->Dv ? pb->Dqk : pb->Dv);
-  size_t floats = qt + (size_t)CPU_BC * CPU_BR + ot + cv;
+  size_t floats = qt + (size_t)CPU_BC * CPU_BR + 2 * ot + cv;
   if (!cached_work) {
     cached_work = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
     if (!cached_work) return NULL;
@@ -247,7 +280,8 @@ static fwd_work *work_get(const attn__problem *pb) {
   fwd_work *w = cached_work;
   w->s = w->qt + qt;
   w->ot = w->s + (size_t)CPU_BC * CPU_BR;
-  w->cv = w->ot + ot;
+  w->ro = w->ot + ot;
+  w->cv = w->ro + ot;
   return w;
 }
 
@@ -263,7 +297,9 @@ static int64_t fill_items(const attn__problem *pb, const cpu_segment *segs, int 
       const int rows = (int)(r0 - a), pack = attn__cpu_pack_heads(pb, rows);
       for (int64_t b = 0; b < pb->B; b++)
         for (int64_t h = 0, nh; h < pb->Hq; h += nh) {
-          nh = pack < G - h % G ? pack : G - h % G; /* never past the group's last head */
+          /* within one group, or whole groups (h at a group's first head) */
+          nh = pack >= G ? (pack < pb->Hq - h ? pack : pb->Hq - h)
+                         : (pack < G - h % G ? pack : G - h % G);
           if (items) items[k] = (fwd_item){(int32_t)b, (int32_t)h, (int32_t)nh, s, rows, a};
           k++;
         }

@@ -4,6 +4,7 @@
 #include "cpu.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 /* ---- the register-blocked GEMM ------------------------------------------------------
  * A micro-tile is MR rows x NV vectors of 16 lanes (6 x 4 = 24 accumulators measured
@@ -367,31 +368,100 @@ static inline __m512 hsum16(__m512 a[16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xDD));
 }
 
+/* Rows [r0, r1) of pf (clipped to its rows) into cache, every line of each. */
+static inline void prefetch_rows(const cpu_prefetch *pf, int r0, int r1) {
+  if (!pf || !pf->p) return;
+  for (int r = r0; r < r1 && r < pf->rows; r++) {
+    const char *row = pf->p + r * pf->stride;
+    for (uintptr_t a = (uintptr_t)row & ~(uintptr_t)63; a < (uintptr_t)row + pf->bytes; a += 64)
+      _mm_prefetch((const char *)a, _MM_HINT_T0);
+  }
+}
+
+/* Key row x of a chunk at p: rows are sb bytes apart; p4 = p + 4 sb, s3 = 3 sb, so that
+ * every address is one base plus a scaled index (16 rows, 6 registers). */
+#define KROW(p, p4, sb, s3, x)                                                                \
+  ((const float *)((x) < 4 ? (p) + ((x) == 3 ? (s3) : (x) * (sb))                            \
+                           : (p4) + ((x) % 4 == 3 ? (s3) : ((x) % 4) * (sb)) +               \
+                                 ((x) / 4 - 1) * 4 * (sb)))
+
+/* Scores of 8 keys (rows kr, sb bytes apart) for two lanes: S0[x] = K_x . qa, S1[x] =
+ * K_x . qb for x < 8 where `keep` has bit x. Each K vector feeds both lanes' FMAs. */
+static inline void scores_8x2(float *S0, float *S1, const char *kr, int64_t sb,
+                              const float *qa, const float *qb, int D, __mmask16 keep) {
+  const char *k4 = kr + 4 * sb;
+  const int64_t s3 = 3 * sb;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
+  for (int d0 = 0; d0 < D; d0 += 16) {
+    const __mmask16 dm = first_n(D - d0);
+    const __m512 a = _mm512_maskz_loadu_ps(dm, qa + d0), b = _mm512_maskz_loadu_ps(dm, qb + d0);
+#pragma GCC unroll 8
+    for (int x = 0; x < 8; x++) {
+      const __m512 k = _mm512_maskz_loadu_ps(dm, KROW(kr, k4, sb, s3, x) + d0);
+      acc[x] = _mm512_fmadd_ps(k, a, acc[x]);
+      acc[8 + x] = _mm512_fmadd_ps(k, b, acc[8 + x]);
+    }
+  }
+  const __m512 r = hsum16(acc); /* lanes 0..7: S0's keys, 8..15: S1's */
+  _mm512_mask_storeu_ps(S1 - 8, (__mmask16)(keep << 8), r);
+  _mm512_mask_storeu_ps(S0, (__mmask16)(keep & 0xff), r);
+}
+
+/* Scores of 16 keys (rows kr, sb bytes apart) for one lane: S0[x] = K_x . q, x in keep. */
+static inline void scores_16x1(float *S0, const char *kr, int64_t sb, const float *q, int D,
+                               __mmask16 keep) {
+  const char *k4 = kr + 4 * sb;
+  const int64_t s3 = 3 * sb;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
+  for (int d0 = 0; d0 < D; d0 += 16) {
+    const __mmask16 dm = first_n(D - d0);
+    const __m512 a = _mm512_maskz_loadu_ps(dm, q + d0);
+#pragma GCC unroll 16
+    for (int x = 0; x < 16; x++)
+      acc[x] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dm, KROW(kr, k4, sb, s3, x) + d0), a, acc[x]);
+  }
+  _mm512_mask_storeu_ps(S0, keep, hsum16(acc));
+}
+
+/* Lanes in pairs over 8 keys (each K load feeds two FMAs), an odd last lane over 16. A
+ * chunk's 16 rows stay in L1 over the lanes; the tile's last chunk, when short, goes
+ * through a padded copy so the kernels keep their fixed row stride. The tile's K rows
+ * were brought in by the P·V before (pf), except the first tile's of a run. */
 static void scores_rows_avx512(float *S, const float *K, int64_t ldk, int nj, const float *Q,
-                               int64_t ldq, int u, int D) {
-  for (int j0 = 0; j0 < nj; j0 += 16) { /* 16 keys stay in L1 over the lanes */
+                               int64_t ldq, int u, int D, const cpu_prefetch *pf) {
+  float pad[16 * ATTN__MAX_HEAD_DIM] __attribute__((aligned(64)));
+  for (int j0 = 0; j0 < nj; j0 += 16) {
     const int nk = nj - j0 < 16 ? nj - j0 : 16;
-    const float *kr[16], *next[16]; /* rows past the tile repeat its last (results dropped) */
-    for (int x = 0; x < 16; x++) {
-      kr[x] = K + (j0 + (x < nk ? x : nk - 1)) * ldk;
-      next[x] = K + (j0 + 16 + x < nj ? j0 + 16 + x : nj - 1) * ldk;
+    const char *kr = (const char *)(K + j0 * ldk);
+    int64_t sb = ldk * (int64_t)sizeof(float);
+    if (nk < 16) {
+      for (int x = 0; x < 16; x++)
+        memcpy(pad + x * D, K + (j0 + (x < nk ? x : nk - 1)) * ldk, (size_t)D * sizeof(float));
+      kr = (const char *)pad, sb = D * (int64_t)sizeof(float);
     }
-    for (int L = 0; L < u; L++) {
-      __m512 acc[16];
-#pragma GCC unroll 16
-      for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
-      for (int d0 = 0; d0 < D; d0 += 16) {
-        const __mmask16 dm = first_n(D - d0);
-        const __m512 q = _mm512_maskz_loadu_ps(dm, Q + L * ldq + d0);
-        if (L == 0) /* the next 16 rows (see PV_PREFETCH) */
-#pragma GCC unroll 16
-          for (int x = 0; x < 16; x++) _mm_prefetch((const char *)(next[x] + d0), _MM_HINT_T0);
-#pragma GCC unroll 16
-        for (int x = 0; x < 16; x++)
-          acc[x] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dm, kr[x] + d0), q, acc[x]);
-      }
-      _mm512_mask_storeu_ps(S + L * CPU_BC + j0, first_n(nk), hsum16(acc));
+    /* pf rows j0 .. j0 + 15 (the last chunk: the rest), a share before each kernel call:
+     * a burst of them would overrun the outstanding-miss slots */
+    const int pf_rows = pf && pf->p ? pf->rows : 0;
+    const int calls = u / 2 * (nk > 8 ? 2 : 1) + u % 2, pend = j0 + 16 < nj ? j0 + 16 : pf_rows;
+    const int share = (pend - j0 + calls - 1) / calls;
+    int pr = j0;
+    const __mmask16 keep = first_n(nk);
+    int L = 0;
+    for (; L + 1 < u; L += 2) {
+      float *s0 = S + L * CPU_BC + j0, *s1 = s0 + CPU_BC;
+      const float *qa = Q + L * ldq, *qb = qa + ldq;
+      prefetch_rows(pf, pr, pr + share), pr += share;
+      scores_8x2(s0, s1, kr, sb, qa, qb, D, keep);
+      if (nk <= 8) continue;
+      prefetch_rows(pf, pr, pr + share), pr += share;
+      scores_8x2(s0 + 8, s1 + 8, kr + 8 * sb, sb, qa, qb, D, keep >> 8);
     }
+    prefetch_rows(pf, pr, pend);
+    if (L < u) scores_16x1(S + L * CPU_BC + j0, kr, sb, Q + L * ldq, D, keep);
   }
 }
 
@@ -415,13 +485,14 @@ static inline __m512 transform_keys16(__m512 s, int j0, int nj, int L, const cpu
   return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), ok, s);
 }
 
-static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti, float *m,
-                                float *l, float *alpha) {
+static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti, int L0,
+                                float *m, float *l, float *alpha) {
   for (int L = 0; L < u; L++) {
     float *row = S + L * CPU_BC;
     __m512 mx = _mm512_set1_ps(m[L]);
     for (int j0 = 0; j0 < nj; j0 += 16) {
-      __m512 x = transform_keys16(_mm512_maskz_loadu_ps(first_n(nj - j0), row + j0), j0, nj, L, ti);
+      __m512 x = transform_keys16(_mm512_maskz_loadu_ps(first_n(nj - j0), row + j0), j0, nj,
+                                  L0 + L, ti);
       _mm512_storeu_ps(row + j0, x); /* row has CPU_BC floats: whole vectors fit */
       mx = _mm512_max_ps(mx, x);
     }
@@ -440,69 +511,72 @@ static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti
   }
 }
 
-/* O rows L0..L0+UL-1, columns d0..d0+63 (masked past D): O = alpha O + sum_j P[j] V[j].
- * The V rows are checked as they are loaded: when one holds NaN or Inf the group is done
- * again (O is stored only at the end) skipping zero probabilities, so that a masked
- * non-finite V row adds nothing; no separate pass over V. */
-#define PV_PREFETCH 8 /* rows ahead: each V row is on its own page at common sizes, where
-                        * the hardware prefetchers stop */
-#define PV_ROWS_KERNEL(UL)                                                                   \
-  static void pv_rows_##UL(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,       \
-                           const float *P, int D, int d0, const float *alpha, int safe) {    \
-    __mmask16 dm[4], bad = 0;                                                                \
-    __m512 acc[UL][4];                                                                       \
-    for (int c = 0; c < 4; c++) dm[c] = first_n(D - d0 - 16 * c);                            \
-    for (int l = 0; l < UL; l++) /* the tile's sum apart, then added: blocked summation */ \
-      for (int c = 0; c < 4; c++) acc[l][c] = _mm512_setzero_ps();                           \
-    for (int j = 0; j < nj; j++) {                                                           \
-      const float *vj = V + j * ldv + d0;                                                    \
-      if (j + PV_PREFETCH < nj)                                                              \
-        for (int c = 0; c < 4 && d0 + 16 * c < D; c++)                                       \
-          _mm_prefetch((const char *)(vj + PV_PREFETCH * ldv + 16 * c), _MM_HINT_T0);        \
-      __m512 v[4];                                                                           \
-      for (int c = 0; c < 4; c++) {                                                          \
-        v[c] = _mm512_maskz_loadu_ps(dm[c], vj + 16 * c);                                    \
-        bad |= _mm512_fpclass_ps_mask(v[c], 0x99); /* QNaN, SNaN, +Inf, -Inf */              \
-      }                                                                                      \
-      if (!safe) {                                                                           \
-        for (int l = 0; l < UL; l++) {                                                       \
-          const __m512 pv = _mm512_set1_ps(P[l * CPU_BC + j]);                               \
-          for (int c = 0; c < 4; c++) acc[l][c] = _mm512_fmadd_ps(pv, v[c], acc[l][c]);      \
-        }                                                                                    \
-        continue;                                                                            \
-      }                                                                                      \
-      for (int l = 0; l < UL; l++) {                                                         \
-        const float p = P[l * CPU_BC + j];                                                   \
-        if (p == 0.0f) continue;                                                             \
-        for (int c = 0; c < 4; c++) acc[l][c] = _mm512_fmadd_ps(_mm512_set1_ps(p), v[c], acc[l][c]); \
-      }                                                                                      \
-    }                                                                                        \
-    if (bad && !safe) {                                                                      \
-      pv_rows_##UL(O, ldo, V, ldv, nj, P, D, d0, alpha, 1);                                  \
-      return;                                                                                \
-    }                                                                                        \
-    for (int l = 0; l < UL; l++)                                                             \
-      for (int c = 0; c < 4; c++) {                                                          \
-        float *o = O + l * ldo + d0 + 16 * c;                                                \
+/* O rows [UL][ldo], columns d0 .. d0 + 16 NC - 1 (masked past D):
+ * O = alpha O + sum_j P[l][j] V[j] (V rows vb bytes apart), UL * NC <= 16 accumulators.
+ * The fast pass does not look at V: a NaN or Inf in a V row turns a sum non-finite even
+ * where its probability is 0 (0 * Inf = NaN), so a non-finite sum sends the group through
+ * again skipping zero probabilities; a masked non-finite V row then adds nothing. pf's rows
+ * (row j at key j, the rest after the last key) come in during the pass. */
+#define PV_ROWS_KERNEL(UL, NC)                                                                \
+  static void pv_rows_##UL##x##NC(float *O, int64_t ldo, const char *V, int64_t vb, int nj,   \
+                                  const float *P, int D, int d0, const float *alpha,          \
+                                  const cpu_prefetch *pf, int safe) {                         \
+    __mmask16 dm[NC];                                                                         \
+    __m512 acc[UL][NC];                                                                       \
+    _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++) dm[c] = first_n(D - d0 - 16 * c);   \
+    _Pragma("GCC unroll 16") for (int l = 0; l < UL; l++)                                     \
+      _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++) acc[l][c] = _mm512_setzero_ps();  \
+    for (int j = 0; j < nj; j++) {                                                            \
+      const float *vj = (const float *)(V + j * vb) + d0;                                     \
+      if (pf) prefetch_rows(pf, j, j + 1);                                                    \
+      __m512 v[NC];                                                                           \
+      _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++)                                   \
+        v[c] = _mm512_maskz_loadu_ps(dm[c], vj + 16 * c);                                     \
+      _Pragma("GCC unroll 16") for (int l = 0; l < UL; l++) {                                 \
+        const float p = P[l * CPU_BC + j];                                                    \
+        if (safe && p == 0.0f) continue;                                                      \
+        const __m512 pv = _mm512_set1_ps(p);                                                  \
+        _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++)                                 \
+          acc[l][c] = _mm512_fmadd_ps(pv, v[c], acc[l][c]);                                   \
+      }                                                                                       \
+    }                                                                                         \
+    if (pf) prefetch_rows(pf, nj, pf->rows);                                                  \
+    __mmask16 bad = 0;                                                                        \
+    _Pragma("GCC unroll 16") for (int l = 0; l < UL; l++)                                     \
+      _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++)                                   \
+        bad |= _mm512_fpclass_ps_mask(acc[l][c], 0x99); /* QNaN, SNaN, +Inf, -Inf */          \
+    if (bad && !safe) {                                                                       \
+      pv_rows_##UL##x##NC(O, ldo, V, vb, nj, P, D, d0, alpha, NULL, 1);                       \
+      return;                                                                                 \
+    }                                                                                         \
+    _Pragma("GCC unroll 16") for (int l = 0; l < UL; l++)                                     \
+      _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++) {                                 \
+        float *o = O + l * ldo + d0 + 16 * c;                                                 \
         __m512 x = _mm512_fmadd_ps(_mm512_set1_ps(alpha[l]), _mm512_maskz_loadu_ps(dm[c], o), \
-                                   acc[l][c]);                                               \
-        _mm512_mask_storeu_ps(o, dm[c], x);                                                  \
-      }                                                                                      \
+                                   acc[l][c]);                                                \
+        _mm512_mask_storeu_ps(o, dm[c], x);                                                   \
+      }                                                                                       \
   }
-PV_ROWS_KERNEL(1)
-PV_ROWS_KERNEL(2)
-PV_ROWS_KERNEL(3)
-PV_ROWS_KERNEL(4)
+PV_ROWS_KERNEL(1, 8)
+PV_ROWS_KERNEL(2, 8)
+PV_ROWS_KERNEL(3, 4)
+PV_ROWS_KERNEL(4, 4)
 
+/* Lane groups of up to 4 over column chunks (128 columns for 1-2 lanes, 64 for 3-4);
+ * the first group of the first chunk brings pf in. */
 static void pv_rows_avx512(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
-                           const float *P, int u, int D, const float *alpha) {
-  typedef void (*pv_fn)(float *, int64_t, const float *, int64_t, int, const float *, int, int,
-                        const float *, int);
-  static const pv_fn by_lanes[4] = {pv_rows_1, pv_rows_2, pv_rows_3, pv_rows_4};
-  for (int d0 = 0; d0 < D; d0 += 64)
+                           const float *P, int u, int D, const float *alpha,
+                           const cpu_prefetch *pf) {
+  typedef void (*pv_fn)(float *, int64_t, const char *, int64_t, int, const float *, int, int,
+                        const float *, const cpu_prefetch *, int);
+  static const pv_fn by_lanes[4] = {pv_rows_1x8, pv_rows_2x8, pv_rows_3x4, pv_rows_4x4};
+  const int cols = u <= 2 ? 128 : 64;
+  const int64_t vb = ldv * (int64_t)sizeof(float);
+  for (int d0 = 0; d0 < D; d0 += cols)
     for (int L0 = 0; L0 < u; L0 += 4) {
       int ul = u - L0 < 4 ? u - L0 : 4;
-      by_lanes[ul - 1](O + L0 * ldo, ldo, V, ldv, nj, P + L0 * CPU_BC, D, d0, alpha + L0, 0);
+      by_lanes[ul - 1](O + L0 * ldo, ldo, (const char *)V, vb, nj, P + L0 * CPU_BC, D, d0,
+                       alpha + L0, d0 == 0 && L0 == 0 ? pf : NULL, 0);
     }
 }
 

@@ -125,8 +125,10 @@ static int nonfinite_scalar(const void *src, int64_t ss, attn_dtype t, int rows,
   return bad;
 }
 
+/* The scalar row kernels leave prefetching to the hardware (pf unused). */
 static void scores_rows_scalar(float *S, const float *K, int64_t ldk, int nj, const float *Q,
-                               int64_t ldq, int u, int D) {
+                               int64_t ldq, int u, int D, const cpu_prefetch *pf) {
+  (void)pf;
   for (int L = 0; L < u; L++)
     for (int j = 0; j < nj; j++) {
       float acc = 0.0f;
@@ -135,12 +137,12 @@ static void scores_rows_scalar(float *S, const float *K, int64_t ldk, int nj, co
     }
 }
 
-static void softmax_rows_scalar(float *S, int nj, int u, const cpu_tile_info *ti, float *m,
-                                float *l, float *alpha) {
+static void softmax_rows_scalar(float *S, int nj, int u, const cpu_tile_info *ti, int L0,
+                                float *m, float *l, float *alpha) {
   for (int L = 0; L < u; L++) {
     float *row = S + L * CPU_BC, mx = m[L];
     for (int j = 0; j < nj; j++) {
-      row[j] = transform(row[j], j, L, ti, NULL);
+      row[j] = transform(row[j], j, L0 + L, ti, NULL);
       mx = row[j] > mx ? row[j] : mx;
     }
     float mu = mx == -INFINITY ? 0.0f : mx, sum = 0.0f;
@@ -155,7 +157,9 @@ static void softmax_rows_scalar(float *S, int nj, int u, const cpu_tile_info *ti
 }
 
 static void pv_rows_scalar(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
-                           const float *P, int u, int D, const float *alpha) {
+                           const float *P, int u, int D, const float *alpha,
+                           const cpu_prefetch *pf) {
+  (void)pf;
   for (int L = 0; L < u; L++)
     for (int d = 0; d < D; d++) {
       float acc = 0.0f; /* the tile's sum apart, then added (as gemm's SCALE_ADD) */

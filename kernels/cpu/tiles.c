@@ -86,7 +86,9 @@ static void fill_elem(const attn_block_mask *bm, int64_t qpos0, int rows, int nh
 
 int attn__cpu_pack_heads(const attn__problem *pb, int rows) {
   int64_t G = pb->Hq / pb->Hkv, fit = CPU_BR / (rows > 0 ? rows : 1);
-  return (int)(G < fit ? G : fit);
+  if (G * rows > CPU_ROWS_MAX) return (int)(G < fit ? G : fit);
+  int64_t groups = fit / G < pb->Hkv ? fit / G : pb->Hkv;
+  return (int)(G * groups);
 }
 
 int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t h, int nh,
