@@ -517,10 +517,12 @@ static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti
  * where its probability is 0 (0 * Inf = NaN), so a non-finite sum sends the group through
  * again skipping zero probabilities; a masked non-finite V row then adds nothing. pf's rows
  * (row j at key j, the rest after the last key) come in during the pass. */
+#define PV_ARGS                                                                               \
+  float *O, int64_t ldo, const char *V, int64_t vb, int nj, const float *P, int D, int d0,     \
+      const float *alpha, const cpu_prefetch *pf
 #define PV_ROWS_KERNEL(UL, NC)                                                                \
-  static void pv_rows_##UL##x##NC(float *O, int64_t ldo, const char *V, int64_t vb, int nj,   \
-                                  const float *P, int D, int d0, const float *alpha,          \
-                                  const cpu_prefetch *pf, int safe) {                         \
+  static void pv_rows_##UL##x##NC##_safe(PV_ARGS);                                            \
+  static inline __attribute__((always_inline)) void pv_body_##UL##x##NC(PV_ARGS, int safe) {  \
     __mmask16 dm[NC];                                                                         \
     __m512 acc[UL][NC];                                                                       \
     _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++) dm[c] = first_n(D - d0 - 16 * c);   \
@@ -546,7 +548,7 @@ static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti
       _Pragma("GCC unroll 16") for (int c = 0; c < NC; c++)                                   \
         bad |= _mm512_fpclass_ps_mask(acc[l][c], 0x99); /* QNaN, SNaN, +Inf, -Inf */          \
     if (bad && !safe) {                                                                       \
-      pv_rows_##UL##x##NC(O, ldo, V, vb, nj, P, D, d0, alpha, NULL, 1);                       \
+      pv_rows_##UL##x##NC##_safe(O, ldo, V, vb, nj, P, D, d0, alpha, NULL);                   \
       return;                                                                                 \
     }                                                                                         \
     _Pragma("GCC unroll 16") for (int l = 0; l < UL; l++)                                     \
@@ -556,6 +558,12 @@ static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti
                                    acc[l][c]);                                                \
         _mm512_mask_storeu_ps(o, dm[c], x);                                                   \
       }                                                                                       \
+  }                                                                                           \
+  static void pv_rows_##UL##x##NC##_safe(PV_ARGS) {                                           \
+    pv_body_##UL##x##NC(O, ldo, V, vb, nj, P, D, d0, alpha, pf, 1);                           \
+  }                                                                                           \
+  static void pv_rows_##UL##x##NC(PV_ARGS) {                                                  \
+    pv_body_##UL##x##NC(O, ldo, V, vb, nj, P, D, d0, alpha, pf, 0);                           \
   }
 PV_ROWS_KERNEL(1, 8)
 PV_ROWS_KERNEL(2, 8)
@@ -567,8 +575,7 @@ PV_ROWS_KERNEL(4, 4)
 static void pv_rows_avx512(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
                            const float *P, int u, int D, const float *alpha,
                            const cpu_prefetch *pf) {
-  typedef void (*pv_fn)(float *, int64_t, const char *, int64_t, int, const float *, int, int,
-                        const float *, const cpu_prefetch *, int);
+  typedef void (*pv_fn)(PV_ARGS);
   static const pv_fn by_lanes[4] = {pv_rows_1x8, pv_rows_2x8, pv_rows_3x4, pv_rows_4x4};
   const int cols = u <= 2 ? 128 : 64;
   const int64_t vb = ldv * (int64_t)sizeof(float);
@@ -576,7 +583,7 @@ static void pv_rows_avx512(float *O, int64_t ldo, const float *V, int64_t ldv, i
     for (int L0 = 0; L0 < u; L0 += 4) {
       int ul = u - L0 < 4 ? u - L0 : 4;
       by_lanes[ul - 1](O + L0 * ldo, ldo, (const char *)V, vb, nj, P + L0 * CPU_BC, D, d0,
-                       alpha + L0, d0 == 0 && L0 == 0 ? pf : NULL, 0);
+                       alpha + L0, d0 == 0 && L0 == 0 ? pf : NULL);
     }
 }
 
