@@ -52,6 +52,9 @@ double bench_now_s(void); /* CLOCK_MONOTONIC */
 bench_timing bench_time(bench_run_fn fn, void *arg, double budget_s, int min_reps);
 /* count floats uniform in [-amp, amp) from a counter-based hash of (seed, index). */
 void bench_fill(float *x, int64_t count, uint64_t seed, float amp);
+/* bf16 / f16 bits of a finite float, nearest even, and back (the benchmark's own). */
+uint16_t bench_half_bits(float x, attn_dtype t);
+float bench_half_value(uint16_t b, attn_dtype t);
 
 /* ---- decode (decode.c) ------------------------------------------------------------------ */
 /* Short queries against a long K/V (decode, speculative steps): attnrun against the

@@ -55,29 +55,6 @@ static float *alloc_f32(int64_t count) {
 
 static void poison(float *x, int64_t count) { memset(x, 0xff, (size_t)count * sizeof(float)); }
 
-/* bf16 / f16 bits of a finite float, nearest even, and back (the benchmark's own). */
-static uint16_t half_bits(float x, attn_dtype t) {
-  uint16_t b;
-  if (t == ATTN_F16) {
-    _Float16 h = (_Float16)x;
-    memcpy(&b, &h, 2);
-    return b;
-  }
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-static float half_value(uint16_t b, attn_dtype t) {
-  if (t == ATTN_F16) {
-    _Float16 h;
-    memcpy(&h, &b, 2);
-    return (float)h;
-  }
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 /* "4K", "1M" or the plain number; buf holds 24 chars. */
 static const char *fmt_size(int64_t n, char *buf) {
@@ -351,7 +328,7 @@ static result measure(attn_arg *a, double flops, double flops_computed, const op
   if (a->dtype != ATTN_F32 && a->dir == DIR_FWD) memset(a->lp[4], 0xff, (size_t)count * 2);
   attn_run(a);
   if (a->dtype != ATTN_F32 && a->dir == DIR_FWD) /* O as float32 for the check */
-    for (int64_t i = 0; i < count; i++) p->o[i] = half_value(a->lp[4][i], a->dtype);
+    for (int64_t i = 0; i < count; i++) p->o[i] = bench_half_value(a->lp[4][i], a->dtype);
   r.err = a->dir == DIR_FWD ? bench_check_fwd(p) : bench_check_bwd(p, &r.with_k);
   r.t = bench_time(attn_run, a, o->budget_s, o->min_reps);
   if (a->impl == IMPL_OURS) flops_computed = a->stats.flops_computed;
@@ -475,7 +452,7 @@ static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   float *in[4] = {p.q, p.k, p.v, p.dout};
   for (int i = 0; i < 4; i++) {
     bench_fill(in[i], count, (uint64_t)i + 1, UNIT_AMP);
-    for (int64_t x = 0; x < count; x++) in[i][x] = half_value(half_bits(in[i][x], ATTN_BF16), ATTN_BF16);
+    for (int64_t x = 0; x < count; x++) in[i][x] = bench_half_value(bench_half_bits(in[i][x], ATTN_BF16), ATTN_BF16);
   }
   a.spec.num_heads_q = a.spec.num_heads_kv = (int32_t)h;
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
@@ -486,7 +463,7 @@ static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   for (int dt = ATTN_F32; dt <= ATTN_F16; dt++) {
     a.dtype = (attn_dtype)dt;
     for (int i = 0; i < 4 && dt != ATTN_F32; i++)
-      for (int64_t x = 0; x < count; x++) a.lp[i][x] = half_bits(in[i][x], a.dtype);
+      for (int64_t x = 0; x < count; x++) a.lp[i][x] = bench_half_bits(in[i][x], a.dtype);
     for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
       a.dir = dir;
       r[dt][dir] = measure(&a, flops[dir], 0, o);
@@ -682,13 +659,6 @@ int main(int argc, char **argv) {
         bench_dtypes(ctx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
   }
   if (o.decode_kv > 0) {
-    printf("\nDecode, attnrun, B=1, d=128, fp32: Sq query rows of Hq heads against Skv keys of Hkv "
-           "heads (no mask). 'read': reading K and V once\n  (a vectorised sum, the memory "
-           "floor), its ms and GB/s; ours: ms, GB/s of K+V, x read (read time / ours), GFLOP/s "
-           "(4·Sq·Skv·Hq·d: many rows make it compute-bound); '/unfused': its time / ours.\n");
-    printf("%3s %3s %3s %6s | %8s %7s %6s %7s %-9s| %8s %-9s| %7s %7s | %8s\n", "Hq", "Hkv",
-           "Sq", "Skv", "ours ms", "GB/s", "x read", "GFLOP/s", "err", "unf. ms", "err",
-           "read ms", "GB/s", "/unfused");
     g_failed |= bench_decode(ctx, o.decode_kv, o.threads, o.budget_s, o.min_reps, g_json,
                              BENCH_GIT_SHA);
   }

@@ -1,8 +1,9 @@
 /* timing.c — what the CPU benchmark's sections share: the clock, the timing loop (median
- * and min of repeated runs) and the counter-based input fill. */
+ * and min of repeated runs), the counter-based input fill and the bf16/f16 conversions. */
 #include "bench.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double bench_now_s(void) {
@@ -45,4 +46,27 @@ void bench_fill(float *x, int64_t count, uint64_t seed, float amp) {
     z ^= z >> 31;
     x[i] = amp * (float)((double)(z >> 40) * (2.0 / 16777216.0) - 1.0);
   }
+}
+
+uint16_t bench_half_bits(float x, attn_dtype t) {
+  uint16_t b;
+  if (t == ATTN_F16) {
+    _Float16 h = (_Float16)x;
+    memcpy(&b, &h, 2);
+    return b;
+  }
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float bench_half_value(uint16_t b, attn_dtype t) {
+  if (t == ATTN_F16) {
+    _Float16 h;
+    memcpy(&h, &b, 2);
+    return (float)h;
+  }
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
 }
