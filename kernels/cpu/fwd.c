@@ -6,6 +6,7 @@
 #include "convert.h"
 #include "cpu.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,26 +259,49 @@ static void state_store(const fwd_job *jb, const fwd_item *it, attn_state *st, f
 }
 
 /* The forward's tile workspace is kept per thread between calls (a few hundred KB that
- * would otherwise be fresh, page-faulting memory on every call). */
-static _Thread_local fwd_work *cached_work;
-static _Thread_local size_t cached_floats;
+ * would otherwise be fresh, page-faulting memory on every call), under a thread key whose
+ * destructor frees it when the thread ends (OpenMP teams come and go). */
+typedef struct {
+  fwd_work w;
+  size_t floats; /* of w.qt's block */
+} cached_work;
+
+static pthread_key_t work_key;
+static pthread_once_t work_once = PTHREAD_ONCE_INIT;
+static int work_key_ok;
+
+static void work_free(void *p) {
+  cached_work *c = p;
+  free(c->w.qt);
+  free(c);
+}
+
+static void work_key_init(void) { work_key_ok = pthread_key_create(&work_key, work_free) == 0; }
 
 static fwd_work *work_get(const attn__problem *pb) {
   size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
   size_t cv = (size_t)CPU_BC * (size_t)(pb->Dqk > pb->Dv ? pb->Dqk : pb->Dv);
   size_t floats = qt + (size_t)CPU_BC * CPU_BR + 2 * ot + cv;
-  if (!cached_work) {
-    cached_work = aligned_alloc(64, (sizeof(fwd_work) + 63) / 64 * 64);
-    if (!cached_work) return NULL;
-    cached_work->qt = NULL;
+  pthread_once(&work_once, work_key_init);
+  if (!work_key_ok) return NULL;
+  cached_work *c = pthread_getspecific(work_key);
+  if (!c) {
+    c = aligned_alloc(64, (sizeof *c + 63) / 64 * 64);
+    if (!c) return NULL;
+    c->w.qt = NULL;
+    c->floats = 0;
+    if (pthread_setspecific(work_key, c) != 0) {
+      free(c);
+      return NULL;
+    }
   }
-  if (floats > cached_floats) {
-    free(cached_work->qt);
-    cached_work->qt = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    cached_floats = cached_work->qt ? floats : 0;
-    if (!cached_work->qt) return NULL;
+  if (floats > c->floats) {
+    free(c->w.qt);
+    c->w.qt = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    c->floats = c->w.qt ? floats : 0;
+    if (!c->w.qt) return NULL;
   }
-  fwd_work *w = cached_work;
+  fwd_work *w = &c->w;
   w->s = w->qt + qt;
   w->ot = w->s + (size_t)CPU_BC * CPU_BR;
   w->ro = w->ot + ot;
