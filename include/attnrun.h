@@ -151,7 +151,7 @@ typedef struct {
 /* ---- context -------------------------------------------------------------------- */
 typedef enum { ATTN_BACKEND_AUTO = 0, ATTN_BACKEND_CPU = 1, ATTN_BACKEND_CUDA = 2 } attn_backend;
 
-#define ATTN_CTX_CONFIG_VERSION 1
+#define ATTN_CTX_CONFIG_VERSION 2
 typedef struct {
   size_t size;
   uint32_t version;
@@ -160,10 +160,16 @@ typedef struct {
   int32_t num_threads;  /* CPU threads; 0 → OpenMP default */
   int32_t force_scalar; /* CPU: use the portable scalar kernels (also ATTN_FORCE_SCALAR=1) */
   void *stream;         /* CUDA stream (cudaStream_t), NULL → default */
+  /* (version 2) CPU bf16 forward on AMX tiles (Intel AMX-BF16): products in bf16 with
+   * float32 accumulation, P rounded to bf16 for P·V as on GPUs. 0: when the CPU has it;
+   * 1: required (attn_ctx_create fails with UNSUPPORTED without it); -1: off, bf16 then
+   * runs the float32 arithmetic (bitwise the float32 path's on the same values).
+   * ATTN_CPU_AMX=-1|0|1 overrides. */
+  int32_t cpu_amx;
 } attn_ctx_config;
 
 #define ATTN_CTX_CONFIG_INIT \
-  {sizeof(attn_ctx_config), ATTN_CTX_CONFIG_VERSION, ATTN_BACKEND_AUTO, 0, 0, 0, NULL}
+  {sizeof(attn_ctx_config), ATTN_CTX_CONFIG_VERSION, ATTN_BACKEND_AUTO, 0, 0, 0, NULL, 0}
 
 typedef struct attn_ctx_s *attn_ctx_t;
 

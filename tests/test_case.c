@@ -11,19 +11,23 @@ int64_t tc_n_v(const tc_prob *P) { return P->B * P->Skv * P->Hkv * P->Dv; }
 int64_t tc_n_o(const tc_prob *P) { return P->B * P->Sq * P->Hq * P->Dv; }
 int64_t tc_n_lse(const tc_prob *P) { return P->B * P->Hq * P->Sq; }
 
-attn_ctx_t tc_ctx(int force_scalar, int threads) {
+attn_ctx_t tc_ctx_amx(int force_scalar, int threads, int cpu_amx) {
   attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
   cfg.backend = ATTN_BACKEND_CPU;
   cfg.num_threads = threads;
   cfg.force_scalar = force_scalar;
+  cfg.cpu_amx = cpu_amx;
   attn_ctx_t ctx = NULL;
   attn_status st = attn_ctx_create(&ctx, &cfg);
+  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx == 1) return NULL;
   if (st != ATTN_OK) {
     fprintf(stderr, "attn_ctx_create: %s: %s\n", attn_status_string(st), attn_last_error());
     exit(1);
   }
   return ctx;
 }
+
+attn_ctx_t tc_ctx(int force_scalar, int threads) { return tc_ctx_amx(force_scalar, threads, 0); }
 
 void tc_describe(const tc_case *c, char *buf, size_t n) {
   int w = snprintf(buf, n, "%s: B=%lld Sq=%lld Skv=%lld Hq=%d Hkv=%d Dqk=%d Dv=%d",
@@ -292,33 +296,48 @@ static double dsinks_bound(const tc_prob *P) {
   return worst;
 }
 
+/* The gradients of out against the oracle (computed). */
+static void check_grads(tc_prob *P, const tc_out *out) {
+  int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, dk4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
+  int64_t dv4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
+  /* A gradient that cancels to ~0 (e.g. dK with one visible key: dS = dP - delta) is
+   * judged on the scale of all three gradients, not on its own max. */
+  double g = tu_max_abs(P->rdq, tc_n_q(P));
+  g = fmax(g, fmax(tu_max_abs(P->rdk, tc_n_k(P)), tu_max_abs(P->rdv, tc_n_v(P))));
+  const double rtol = TC_BWD_RTOL + TC_G_RTOL(P->c.dtype), atol = 1e-6 + 0.1 * rtol * g;
+  tu_compare("dQ", out->dq, P->rdq, tc_n_q(P), dq4, rtol, atol);
+  tu_compare("dK", out->dk, P->rdk, tc_n_k(P), dk4, rtol, atol);
+  tu_compare("dV", out->dv, P->rdv, tc_n_v(P), dv4, rtol, atol);
+  if (P->c.sinks) tu_compare("dsinks", out->ds, P->rds, P->Hq, NULL, rtol, 1e-6 + dsinks_bound(P));
+}
+
+static int status_ok(tc_prob *P, const tc_out *out, int bwd, const char *tag) {
+  if (out->fwd_status == ATTN_OK && (!bwd || out->bwd_status == ATTN_OK)) return 1;
+  tu_failures++;
+  fprintf(stderr, "FAIL status fwd=%s bwd=%s: %s\n", attn_status_string(out->fwd_status),
+          attn_status_string(out->bwd_status), attn_last_error());
+  report_case(P, tag);
+  return 0;
+}
+
 int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag) {
   int before = tu_failures;
-  if (out->fwd_status != ATTN_OK || (bwd && out->bwd_status != ATTN_OK)) {
-    tu_failures++;
-    fprintf(stderr, "FAIL status fwd=%s bwd=%s: %s\n", attn_status_string(out->fwd_status),
-            attn_status_string(out->bwd_status), attn_last_error());
-    report_case(P, tag);
-    return 0;
-  }
+  if (!status_ok(P, out, bwd, tag)) return 0;
   tc_ref(P, bwd);
-  int64_t dq4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, dk4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
-  int64_t do4[4] = {P->B, P->Sq, P->Hq, P->Dv}, dv4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
-  int64_t dl4[4] = {1, P->B, P->Hq, P->Sq};
+  int64_t do4[4] = {P->B, P->Sq, P->Hq, P->Dv}, dl4[4] = {1, P->B, P->Hq, P->Sq};
   const int dt = P->c.dtype;
   tu_compare("O", out->o, P->ro, tc_n_o(P), do4, TC_FWD_RTOL + TC_O_RTOL(dt), 1e-6);
   tu_compare("LSE", out->lse, P->rlse, tc_n_lse(P), dl4, TC_FWD_RTOL, 2e-6);
-  if (bwd) {
-    /* A gradient that cancels to ~0 (e.g. dK with one visible key: dS = dP - delta) is
-     * judged on the scale of all three gradients, not on its own max. */
-    double g = tu_max_abs(P->rdq, tc_n_q(P));
-    g = fmax(g, fmax(tu_max_abs(P->rdk, tc_n_k(P)), tu_max_abs(P->rdv, tc_n_v(P))));
-    const double rtol = TC_BWD_RTOL + TC_G_RTOL(dt), atol = 1e-6 + 0.1 * rtol * g;
-    tu_compare("dQ", out->dq, P->rdq, tc_n_q(P), dq4, rtol, atol);
-    tu_compare("dK", out->dk, P->rdk, tc_n_k(P), dk4, rtol, atol);
-    tu_compare("dV", out->dv, P->rdv, tc_n_v(P), dv4, rtol, atol);
-    if (P->c.sinks) tu_compare("dsinks", out->ds, P->rds, P->Hq, NULL, rtol, 1e-6 + dsinks_bound(P));
-  }
+  if (bwd) check_grads(P, out);
+  if (tu_failures != before) report_case(P, tag);
+  return tu_failures == before;
+}
+
+int tc_check_grads(tc_prob *P, const tc_out *out, const char *tag) {
+  int before = tu_failures;
+  if (!status_ok(P, out, 1, tag)) return 0;
+  tc_ref(P, 1);
+  check_grads(P, out);
   if (tu_failures != before) report_case(P, tag);
   return tu_failures == before;
 }

@@ -72,6 +72,9 @@ int64_t tc_n_lse(const tc_prob *P);
 
 /* Context with num_threads and force_scalar; aborts the test if it cannot be created. */
 attn_ctx_t tc_ctx(int force_scalar, int threads);
+/* The same with cfg.cpu_amx (-1 off, 0 auto, 1 required): NULL when 1 and this CPU or
+ * kernel offers no AMX-BF16. */
+attn_ctx_t tc_ctx_amx(int force_scalar, int threads, int cpu_amx);
 
 void tc_init(tc_prob *P, const tc_case *c);
 /* After editing P->q/k/v/dout: refresh the library copies (and drop oracle results). */
@@ -82,6 +85,8 @@ void tc_lib(attn_ctx_t ctx, tc_prob *P, tc_out *out, int bwd);
 /* Compares out with the oracle (computing it if needed); prints the case on failure.
  * Returns 1 when everything matches. */
 int tc_check(tc_prob *P, const tc_out *out, int bwd, const char *tag);
+/* The gradients only (a forward judged elsewhere, e.g. by the 2x rule). */
+int tc_check_grads(tc_prob *P, const tc_out *out, const char *tag);
 /* Compares two library results within fp32 rounding (rtol relative to max|b|). */
 int tc_check_pair(const tc_prob *P, const tc_out *a, const tc_out *b, int bwd, double rtol,
                   const char *tag);

@@ -211,6 +211,15 @@ attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
     if (!ctx->cfg.force_scalar)
       attn__log(ATTN_LOG_WARN, "no AVX-512 on this CPU: using the scalar kernels (slow)");
   }
+  if (ctx->cfg.cpu_amx >= 0 && !ctx->cfg.force_scalar && be->ops != &attn__cpu_ops_scalar)
+    be->amx = attn__cpu_amx();
+  if (ctx->cfg.cpu_amx == 1 && !be->amx) {
+    free(be);
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "cfg.cpu_amx=1 (AMX required), but %s",
+                      ctx->cfg.force_scalar ? "force_scalar is set"
+                                            : "this CPU or kernel offers no AMX-BF16");
+  }
+  if (be->amx) attn__log(ATTN_LOG_INFO, "bf16 forward tiles on AMX (cfg.cpu_amx, ATTN_CPU_AMX=-1: off)");
   be->threads = ctx->cfg.num_threads > 0 ? ctx->cfg.num_threads : omp_get_max_threads();
   ctx->backend_data = be;
   return ATTN_OK;

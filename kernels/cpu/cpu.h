@@ -1,5 +1,6 @@
 /* cpu.h — the CPU backend's internals: tile sizes, the per-tile description of masks and
- * score transforms, and the table of ISA-specific tile primitives (scalar, AVX-512).
+ * score transforms, and the tables of ISA-specific tile primitives (scalar, AVX-512; AMX
+ * for the bf16 forward's tile products).
  *
  * Orientation: every score tile is transposed, S^T [keys j][queries i], so that query rows
  * are vector lanes: the online-softmax state (m, l) of a row lives in one lane and every
@@ -101,8 +102,36 @@ extern const cpu_tile_ops attn__cpu_ops_scalar;
 /* NULL when the compiler could not build it. */
 const cpu_tile_ops *attn__cpu_ops_avx512(void);
 
+/* The bf16 forward's tile kernels on AMX (tile_amx.c): the tile products in bf16 with
+ * float32 accumulation, P rounded to bf16 for P·V. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
+ * B tiles), P [CPU_BR][CPU_BC] (lanes' probabilities, bf16), kpad [32][Dqk], vv
+ * [CPU_BC/2][Dv][2]; bf16 rows are raw storage (uint16_t), strides in elements. Dqk and Dv
+ * are multiples of 32, lanes of 16, nj <= CPU_BC. */
+typedef struct {
+  void (*begin)(void); /* the tile configuration, in the thread that then calls the rest */
+  void (*end)(void);
+  /* qv from the lanes' rows q [u][ld] (float32 holding bf16 values); lanes past u 0 */
+  void (*pack_q)(uint16_t *qv, const float *q, int64_t ld, int u, int D);
+  /* S^T [nj][CPU_BR] (rows up to nj rounded to 32 written) = K · Q^T, unscaled, for
+   * lanes [0, lanes): K rows k (stride ldk) */
+  void (*scores)(float *S, const uint16_t *k, int64_t ldk, int nj, const uint16_t *qv,
+                 int lanes, int D, uint16_t *kpad);
+  /* As softmax_fwd on S^T times sscale (the raw products' scale), writing P as bf16
+   * (keys past nj up to a multiple of 32 set to 0) */
+  void (*softmax)(float *S, int nj, const cpu_tile_info *ti, float sscale, float *m, float *l,
+                  float *alpha, uint16_t *P);
+  /* O rows [lanes][D]: O = alpha O + P · V (V rows v, stride ldv); safe: V holds NaN or
+   * Inf, so a zero probability must add nothing (then without the tile products) */
+  void (*pv)(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
+             int lanes, const float *alpha, int safe, uint16_t *vv);
+} cpu_amx_ops;
+
+/* NULL when the CPU has no AMX-BF16 or the kernel does not grant its tile state. */
+const cpu_amx_ops *attn__cpu_amx(void);
+
 typedef struct {
   const cpu_tile_ops *ops;
+  const cpu_amx_ops *amx; /* the bf16 forward's tile products, or NULL (cfg.cpu_amx) */
   int threads;
 } cpu_backend;
 

@@ -51,7 +51,7 @@ class Spec(ctypes.Structure):
 class CtxConfig(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("version", c_u32), ("backend", c_i32),
                 ("device", c_i32), ("num_threads", c_i32), ("force_scalar", c_i32),
-                ("stream", c_p)]
+                ("stream", c_p), ("cpu_amx", c_i32)]
 
 
 class GroupConfig(ctypes.Structure):

@@ -1,5 +1,7 @@
 /* gpu_case.c — the CUDA-kernels-vs-oracle harness (see gpu_case.h). */
 #include "gpu_case.h"
+
+#include "naive_ref.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -362,101 +364,14 @@ attn_status gc_bwd(gc_prob *P, gc_out *out, int deterministic) {
 }
 
 /* ---- references ---------------------------------------------------------------------- */
-/* Score of (b, h, i, j) as a same-precision kernel computes it (float). */
-static float naive_score(const gc_prob *P, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const int64_t hk = h / (P->Hq / P->Hkv), D = P->D;
-  const float *q = P->q + ((b * P->Sq + i) * P->Hq + h) * D;
-  const float *k = P->k + ((b * P->Skv + j) * P->Hkv + hk) * D;
-  float acc = 0.0f;
-  for (int64_t d = 0; d < D; d++) acc += q[d] * k[d];
-  float s = acc * P->pb.scale;
-  if (P->spec.softcap > 0) s = P->spec.softcap * tanhf(s / P->spec.softcap);
-  if (P->alibi) {
-    /* sequence-local distance |i + off - j| */
-    int64_t iq = i, jk = j, off = P->Skv - P->Sq;
-    if (P->c.nseq) {
-      int s_ = 0;
-      while (!(P->cu_q[s_] <= i && i < P->cu_q[s_ + 1])) s_++;
-      iq = i - P->cu_q[s_];
-      jk = j - P->cu_kv[s_];
-      off = (P->cu_kv[s_ + 1] - P->cu_kv[s_]) - (P->cu_q[s_ + 1] - P->cu_q[s_]);
-    }
-    s -= P->alibi[h] * fabsf((float)(iq + off - jk));
-  }
-  return s;
-}
-
-/* Forward and backward of a naive kernel in the case's precision: float arithmetic, P
- * (and dS) rounded to the dtype before their products, O rounded to the dtype. */
+/* The naive same-precision kernel (tests/naive_ref.c) on P's host arrays. */
 static void naive(gc_prob *P, int bwd) {
-  const int64_t D = P->D, Dv = P->Dv, G = P->Hq / P->Hkv, dt = P->c.dtype;
-  P->no = tu_alloc((size_t)gc_n_o(P) * 4);
-  P->nlse = tu_alloc((size_t)gc_n_lse(P) * 4);
-  if (bwd) {
-    P->ndq = tu_alloc((size_t)gc_n_q(P) * 4);
-    P->ndk = tu_alloc((size_t)gc_n_k(P) * 4);
-    P->ndv = tu_alloc((size_t)gc_n_v(P) * 4);
-    P->nds = tu_alloc((size_t)P->Hq * 4 + 4);
-  }
-  float *s = tu_alloc((size_t)P->Skv * 4), *pr = tu_alloc((size_t)P->Skv * 4);
-  float *acc = tu_alloc((size_t)Dv * 4);
-  for (int64_t b = 0; b < P->B; b++)
-    for (int64_t h = 0; h < P->Hq; h++)
-      for (int64_t i = 0; i < P->Sq; i++) {
-        const uint8_t *vis = P->vis + i * P->Skv;
-        float m = P->sinks ? P->sinks[h] : -INFINITY;
-        for (int64_t j = 0; j < P->Skv; j++)
-          if (vis[j]) {
-            s[j] = naive_score(P, b, h, i, j);
-            m = s[j] > m ? s[j] : m;
-          }
-        float l = P->sinks && m != -INFINITY ? expf(P->sinks[h] - m) : 0.0f;
-        for (int64_t j = 0; j < P->Skv; j++)
-          if (vis[j]) l += expf(s[j] - m);
-        const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
-        P->nlse[(b * P->Hq + h) * P->Sq + i] = lse;
-        memset(acc, 0, (size_t)Dv * 4);
-        for (int64_t j = 0; j < P->Skv; j++) {
-          if (!vis[j]) continue;
-          pr[j] = expf(s[j] - lse);
-          const float pb = tu_round(pr[j], (int)dt);
-          const float *v = P->v + ((b * P->Skv + j) * P->Hkv + h / G) * Dv;
-          for (int64_t d = 0; d < Dv; d++) acc[d] += pb * v[d];
-        }
-        float *o = P->no + ((b * P->Sq + i) * P->Hq + h) * Dv;
-        for (int64_t d = 0; d < Dv; d++) o[d] = tu_round(acc[d], (int)dt);
-        if (!bwd) continue;
-        const float *dO = P->dout + ((b * P->Sq + i) * P->Hq + h) * Dv;
-        float delta = 0.0f;
-        for (int64_t d = 0; d < Dv; d++) delta += dO[d] * o[d];
-        if (P->sinks && lse != -INFINITY) P->nds[h] -= expf(P->sinks[h] - lse) * delta;
-        float *dq = P->ndq + ((b * P->Sq + i) * P->Hq + h) * D;
-        const float *q = P->q + ((b * P->Sq + i) * P->Hq + h) * D;
-        for (int64_t j = 0; j < P->Skv; j++) {
-          if (!vis[j]) continue;
-          const int64_t kr = (b * P->Skv + j) * P->Hkv + h / G;
-          const float *k = P->k + kr * D, *v = P->v + kr * Dv;
-          float dp = 0.0f;
-          for (int64_t d = 0; d < Dv; d++) dp += dO[d] * v[d];
-          float dcap = 1.0f;
-          if (P->spec.softcap > 0) { /* d(cap*tanh(x/cap))/dx = 1 - tanh^2 */
-            float raw = 0.0f;
-            for (int64_t d = 0; d < D; d++) raw += q[d] * k[d];
-            const float th = tanhf(raw * P->pb.scale / P->spec.softcap);
-            dcap = 1.0f - th * th;
-          }
-          const float ds = tu_round(pr[j] * (dp - delta) * P->pb.scale * dcap, (int)dt);
-          const float pb = tu_round(pr[j], (int)dt);
-          for (int64_t d = 0; d < D; d++) {
-            dq[d] += ds * k[d];
-            P->ndk[kr * D + d] += ds * q[d];
-          }
-          for (int64_t d = 0; d < Dv; d++) P->ndv[kr * Dv + d] += pb * dO[d];
-        }
-      }
-  free(s);
-  free(pr);
-  free(acc);
+  const naive_problem np = {P->B, P->Sq, P->Skv, P->Hq, P->Hkv, P->D, P->Dv, P->c.dtype,
+                            P->q, P->k, P->v, P->dout, P->vis, P->pb.scale, P->spec.softcap,
+                            P->sinks, P->alibi, P->c.nseq, P->cu_q, P->cu_kv};
+  naive_out no;
+  naive_run(&np, bwd, &no);
+  P->no = no.o, P->nlse = no.lse, P->ndq = no.dq, P->ndk = no.dk, P->ndv = no.dv, P->nds = no.ds;
 }
 
 void gc_ref(gc_prob *P, int bwd) {
@@ -478,55 +393,14 @@ void gc_ref(gc_prob *P, int bwd) {
 }
 
 /* ---- judging ------------------------------------------------------------------------- */
-static double element_error(double got, double ref) {
-  if (isinf(ref)) return got == ref ? 0.0 : INFINITY;
-  if (!isfinite(got)) return INFINITY;
-  return fabs(got - ref);
-}
-
-static void print_index(int64_t idx, const int64_t *dims) {
-  if (!dims) {
-    fprintf(stderr, "[%lld]", (long long)idx);
-    return;
-  }
-  int64_t c[4];
-  for (int a = 3; a >= 0; a--) {
-    c[a] = idx % dims[a];
-    idx /= dims[a];
-  }
-  fprintf(stderr, "[%lld,%lld,%lld,%lld]", (long long)c[0], (long long)c[1], (long long)c[2],
-          (long long)c[3]);
-}
-
 int gc_judge(const char *what, const float *got, const double *ref, const float *naive,
              int64_t n, const int64_t *dims) {
-  return gc_judge_tol(what, got, ref, naive, n, dims, 0.0);
+  return naive_judge(what, got, ref, naive, n, dims, 0.0);
 }
 
 int gc_judge_tol(const char *what, const float *got, const double *ref, const float *naive,
                  int64_t n, const int64_t *dims, double extra) {
-  double maxref = 0.0, err_n = 0.0, err_k = -1.0;
-  int64_t wi = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
-  for (int64_t i = 0; i < n; i++) {
-    double en = element_error(naive[i], ref[i]), ek = element_error(got[i], ref[i]);
-    if (en > err_n) err_n = en;
-    if (ek > err_k) {
-      err_k = ek;
-      wi = i;
-    }
-  }
-  /* FlashAttention's rule, plus an atol far below the dtype's rounding. */
-  const double tol = 2.0 * err_n + 1e-4 * maxref + 1e-6 + extra;
-  if (n == 0 || err_k <= tol) return 1;
-  tu_failures++;
-  fprintf(stderr, "FAIL %s: max err %.3e > tol %.3e (naive err %.3e, max|ref| %.3e); worst at ",
-          what, err_k, tol, err_n, maxref);
-  print_index(wi, dims);
-  fprintf(stderr, " got %.9g ref %.9g naive %.9g%s\n", (double)got[wi], ref[wi], (double)naive[wi],
-          tu_count_poison(got + wi, 1) ? " (poison: never written)" : "");
-  return 0;
+  return naive_judge(what, got, ref, naive, n, dims, extra);
 }
 
 /* float32: relative to max|ref|, as the CPU backend's tests judge it (tests/test_case.h),

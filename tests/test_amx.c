@@ -1,0 +1,227 @@
+/* test_amx.c — the CPU bf16 forward on AMX tiles (cfg.cpu_amx): products in bf16 with float32
+ * accumulation and P rounded to bf16, so it is judged as the GPU kernels are, by
+ * FlashAttention's rule against a naive bf16 kernel (tests/naive_ref.c): O and LSE error vs
+ * the float64 oracle at most 2x the naive kernel's. Each case also runs with AMX off: the
+ * two must differ somewhere (the tiles ran) unless the case never reaches them (row
+ * kernels, odd head dims), and a second AMX run must repeat the bits. Every mask flag on
+ * and off, shapes around the tiles, head dims, packed GQA tiles, NaN/Inf in unseen K/V,
+ * the block API, and the backward from the AMX forward's O and LSE.
+ * Exit 77 (skipped) without AMX-BF16. Usage: test_amx flags|shapes|unseen|block. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "naive_ref.h"
+#include "test_case.h"
+
+static attn_ctx_t amx, exact;
+static uint64_t next_seed = 31000;
+
+static int64_t bits_differ(const float *a, const float *b, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+  return bad;
+}
+
+/* The naive bf16 kernel on P's inputs and mask. */
+static naive_out naive_of(const tc_prob *P) {
+  uint8_t *vis = tu_alloc((size_t)(P->Sq * P->Skv));
+  for (int64_t i = 0; i < P->Sq; i++)
+    for (int64_t j = 0; j < P->Skv; j++) vis[i * P->Skv + j] = (uint8_t)attn_ref_visible(&P->rp, i, j);
+  const float scale = P->spec.scale > 0 ? P->spec.scale : 1.0f / sqrtf((float)P->Dqk);
+  const naive_problem np = {P->B, P->Sq, P->Skv, P->Hq, P->Hkv, P->Dqk, P->Dv, P->c.dtype,
+                            P->q, P->k, P->v, P->dout, vis, scale, P->spec.softcap,
+                            P->spec.sinks, P->spec.alibi_slopes, P->c.nseq, P->cu_q, P->cu_kv};
+  naive_out n;
+  naive_run(&np, 0, &n);
+  free(vis);
+  return n;
+}
+
+/* O and LSE of out by the 2x rule; 1 on pass. */
+static int judge(tc_prob *P, const tc_out *out, const char *desc) {
+  const int before = tu_failures;
+  if (!P->ro) tc_ref(P, 0);
+  naive_out n = naive_of(P);
+  const int64_t od[4] = {P->B, P->Sq, P->Hq, P->Dv}, ld[4] = {1, P->B, P->Hq, P->Sq};
+  naive_judge("O", out->o, P->ro, n.o, tc_n_o(P), od, 0.0);
+  naive_judge("LSE", out->lse, P->rlse, n.lse, tc_n_lse(P), ld, 0.0);
+  free(n.o);
+  free(n.lse);
+  if (tu_failures != before) fprintf(stderr, "  in %s\n", desc);
+  return tu_failures == before;
+}
+
+/* AMX forward by the 2x rule, repeatable, and not the exact path's bits where the case
+ * has tiles of more than 16 lanes (tiles: 0 when it may take the row kernels only); the
+ * backward from its O and LSE against the oracle with the bf16 tolerances. */
+static void run(tc_case c, int tiles) {
+  c.seed = next_seed++;
+  char desc[512];
+  tc_describe(&c, desc, sizeof desc);
+  tc_prob P;
+  tc_out a, again, e;
+  tc_init(&P, &c);
+  tc_lib(amx, &P, &a, 0);
+  TU_CHECK(a.fwd_status == ATTN_OK, "AMX forward: %s in %s", attn_last_error(), desc);
+  if (a.fwd_status == ATTN_OK && judge(&P, &a, desc)) {
+    tc_lib(amx, &P, &again, 0);
+    int64_t rep = bits_differ(a.o, again.o, tc_n_o(&P)) + bits_differ(a.lse, again.lse, tc_n_lse(&P));
+    TU_CHECK(rep == 0, "a second AMX run differs in %lld elements in %s", (long long)rep, desc);
+    tc_out_free(&again);
+    tc_lib(exact, &P, &e, 0);
+    int64_t diff = bits_differ(a.o, e.o, tc_n_o(&P)) + bits_differ(a.lse, e.lse, tc_n_lse(&P));
+    TU_CHECK(!tiles || diff > 0, "AMX and exact results are bitwise equal in %s: the tiles "
+             "did not run", desc);
+    tc_out_free(&e);
+    if (c.bwd) {
+      /* the backward (float32 arithmetic) from the AMX forward's O and LSE */
+      tc_out b;
+      tc_lib(amx, &P, &b, 1);
+      tc_check_grads(&P, &b, "backward after the AMX forward");
+      tc_out_free(&b);
+    }
+  }
+  tc_out_free(&a);
+  tc_free(&P);
+}
+
+/* All 128 combinations of causal, window (+BHSD), softcap, sinks, ALiBi, varlen and block
+ * mask (tc_flags_case) on two shapes: GQA with Dqk != Dv, and MQA over tile edges. */
+static void flags(void) {
+  for (int m = 0; m < 128; m++) {
+    tc_case s1 = {.B = 2, .Sq = 203, .Skv = 113, .Hq = 4, .Hkv = 2, .Dqk = 128, .Dv = 64,
+                  .bwd = (m % 8) == 0, .dtype = ATTN_BF16};
+    run(tc_flags_case(s1, m, (const int32_t[]){100, 3, 100}, (const int32_t[]){50, 60, 3}), 1);
+    tc_case s2 = {.B = 1, .Sq = 129, .Skv = 257, .Hq = 3, .Hkv = 1, .Dqk = 64, .Dv = 64,
+                  .dtype = ATTN_BF16};
+    run(tc_flags_case(s2, m, (const int32_t[]){40, 17, 72}, (const int32_t[]){70, 33, 154}), 1);
+  }
+}
+
+/* Lengths around the 128 x 128 tiles and the 32-key / 32-lane tile blocks, Sq != Skv both
+ * ways, the head dims the tiles take (64, 128, 256, 192x128) and two they do not (odd:
+ * the float32 arithmetic), short tiles packing GQA heads into more than 16 lanes, wide
+ * values. */
+static void shapes(void) {
+  static const int64_t sizes[][2] = {{127, 129}, {129, 127}, {128, 128}, {33, 31}, {17, 300},
+                                     {255, 257}, {48, 16},   {2, 130},   {600, 620}};
+  static const int dims[][2] = {{64, 0}, {128, 0}, {256, 0}, {192, 128}, {128, 64}, {32, 96}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (int causal = 0; causal < 2; causal++) {
+      const int *d = dims[(i * 2 + (size_t)causal) % (sizeof dims / sizeof dims[0])];
+      run((tc_case){.name = "shape", .B = 2, .Sq = sizes[i][0], .Skv = sizes[i][1], .Hq = 4,
+                    .Hkv = causal ? 1 : 2, .Dqk = d[0], .Dv = d[1], .causal = causal,
+                    .bhsd = (int)(i & 1), .dtype = ATTN_BF16},
+          sizes[i][0] * (causal ? 4 : 2) > 16);
+    }
+  /* decode-like: 8 rows x a group of 4 = 32 lanes (tiles); 4 x 4 = 16 (row kernels) */
+  run((tc_case){.name = "packed", .B = 2, .Sq = 8, .Skv = 1000, .Hq = 8, .Hkv = 2, .Dqk = 128,
+                .causal = 1, .dtype = ATTN_BF16}, 1);
+  run((tc_case){.name = "rows", .B = 1, .Sq = 4, .Skv = 700, .Hq = 8, .Hkv = 2, .Dqk = 128,
+                .dtype = ATTN_BF16}, 0);
+  run((tc_case){.name = "odd dims", .B = 1, .Sq = 150, .Skv = 170, .Hq = 2, .Hkv = 1,
+                .Dqk = 40, .Dv = 24, .dtype = ATTN_BF16}, 0);
+  run((tc_case){.name = "wide values", .B = 1, .Sq = 70, .Skv = 90, .Hq = 1, .Hkv = 1,
+                .Dqk = 64, .scale = 0.3f, .amp = 4.0, .dtype = ATTN_BF16}, 1);
+  run((tc_case){.name = "big", .B = 1, .Sq = 1000, .Skv = 1030, .Hq = 2, .Hkv = 1, .Dqk = 128,
+                .causal = 1, .sinks = 1, .bwd = 1, .dtype = ATTN_BF16}, 1);
+}
+
+/* NaN and Inf in K/V rows that no query sees, inside the key tiles that run: a block mask
+ * (16 x 16 blocks) whose key-block columns 3, 9 and 17 are off for every row. Outputs stay
+ * finite and match; the V tiles that hold them take the safe P·V. */
+static void unseen(void) {
+  const float bad[4] = {NAN, INFINITY, -INFINITY, NAN};
+  enum { BQ = 16, BK = 16, NBQ = (60 + BQ - 1) / BQ, NBK = (400 + BK - 1) / BK };
+  static uint8_t bits[NBQ * NBK];
+  for (int r = 0; r < NBQ; r++)
+    for (int cb = 0; cb < NBK; cb++) bits[r * NBK + cb] = cb != 3 && cb != 9 && cb != 17;
+  for (int t = 0; t < 4; t++) {
+    tc_case c = {.name = "unseen", .B = 1, .Sq = 60, .Skv = 400, .Hq = 4, .Hkv = 2, .Dqk = 64,
+                 .causal = t & 1, .bq = BQ, .bk = BK, .mask_bits = bits, .dtype = ATTN_BF16,
+                 .seed = next_seed++};
+    tc_prob P;
+    tc_init(&P, &c);
+    int64_t planted = 0;
+    for (int64_t j = 0; j < P.Skv; j++) {
+      const int64_t cb = j / BK;
+      if (cb != 3 && cb != 9 && cb != 17) continue;
+      for (int h = 0; h < P.Hkv; h++) {
+        if (t & 2) P.k[(j * P.Hkv + h) * P.Dqk + (j % P.Dqk)] = bad[t];
+        P.v[(j * P.Hkv + h) * P.Dv + (j % P.Dv)] = bad[(t + 1) % 4];
+        planted++;
+      }
+    }
+    tc_sync(&P);
+    char desc[512];
+    tc_describe(&c, desc, sizeof desc);
+    TU_CHECK(planted == 3 * BK * P.Hkv, "planted %lld values in %s", (long long)planted, desc);
+    tc_out a;
+    tc_lib(amx, &P, &a, 0);
+    TU_CHECK(a.fwd_status == ATTN_OK, "AMX forward: %s in %s", attn_last_error(), desc);
+    if (a.fwd_status == ATTN_OK) judge(&P, &a, desc);
+    tc_out_free(&a);
+    tc_free(&P);
+  }
+}
+
+/* The block API: keys in 3 blocks folded into a float32 state on the AMX tiles, then
+ * finalize; against the oracle by the 2x rule. */
+static void block(void) {
+  for (int causal = 0; causal < 2; causal++) {
+    tc_case c = {.name = "block", .B = 2, .Sq = 150, .Skv = 300, .Hq = 4, .Hkv = 2, .Dqk = 64,
+                 .Dv = 32, .causal = causal, .sinks = 1, .alibi = causal, .bhsd = causal,
+                 .dtype = ATTN_BF16, .seed = next_seed++};
+    char desc[512];
+    tc_describe(&c, desc, sizeof desc);
+    tc_prob P;
+    tc_init(&P, &c);
+    attn_state st = {.batch = P.B, .heads = P.Hq, .rows = P.Sq, .head_dim_v = P.Dv};
+    st.m = tu_falloc(P.B * P.Hq * P.Sq);
+    st.l = tu_falloc(P.B * P.Hq * P.Sq);
+    st.acc = tu_falloc(P.B * P.Hq * P.Sq * P.Dv);
+    TU_CHECK(attn_state_init(amx, &st) == ATTN_OK, "state_init: %s", attn_last_error());
+    static const int64_t cuts[] = {0, 70, 171, 300};
+    for (int b = 0; b < 3; b++) {
+      attn_tensor k = tc_rows(&P.tk, cuts[b], cuts[b + 1] - cuts[b]);
+      attn_tensor v = tc_rows(&P.tv, cuts[b], cuts[b + 1] - cuts[b]);
+      attn_block_pos pos = {.q_row0 = 0, .q_pos0 = 0, .k_pos0 = cuts[b], .seq_q = P.Sq,
+                            .seq_kv = P.Skv};
+      attn_status r = attn_fwd_block(amx, &P.spec, &st, &P.tq, &k, &v, &pos);
+      TU_CHECK(r == ATTN_OK, "fwd_block %d: %s in %s", b, attn_last_error(), desc);
+    }
+    tc_out out = {0};
+    out.o = tu_falloc(tc_n_o(&P));
+    out.lse = tu_falloc(tc_n_lse(&P));
+    uint16_t *ob = tu_alloc((size_t)tc_n_o(&P) * 2);
+    memset(ob, 0xFF, (size_t)tc_n_o(&P) * 2);
+    attn_tensor to = attn_tensor_contig(ob, ATTN_BF16, ATTN_DEVICE_HOST, P.B, P.Sq, P.Hq, P.Dv);
+    TU_CHECK(attn_state_finalize(amx, &P.spec, &st, &to, out.lse) == ATTN_OK, "finalize: %s",
+             attn_last_error());
+    for (int64_t i = 0; i < tc_n_o(&P); i++) out.o[i] = tu_from_bits(ob[i], ATTN_BF16);
+    judge(&P, &out, desc);
+    free(ob);
+    free(out.o);
+    free(out.lse);
+    free(st.m);
+    free(st.l);
+    free(st.acc);
+    tc_free(&P);
+  }
+}
+
+int main(int argc, char **argv) {
+  static const tu_part parts[] = {
+      {"flags", flags}, {"shapes", shapes}, {"unseen", unseen}, {"block", block}};
+  amx = tc_ctx_amx(0, 2, 1);
+  if (!amx) {
+    printf("SKIP: no AMX-BF16 on this CPU (or the kernel does not grant it)\n");
+    return 77;
+  }
+  exact = tc_ctx_amx(0, 2, -1);
+  int rc = tu_run_parts("test_amx", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
+  attn_ctx_destroy(amx);
+  attn_ctx_destroy(exact);
+  return rc;
+}
