@@ -434,11 +434,16 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
 }
 
 /* ---- storage dtypes: one problem in float32, bf16 and f16 -------------------------------- */
-/* Inputs rounded to bf16 first, so all three runs take the same values (bf16 values are
- * f16 values too, but for the few below f16's normal range, |x| < 6e-5, which lose bits
- * under 2^-25). err: O against the float64 oracle, within its rounding on output. */
-static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const options *o) {
-  static const double tol[3][2] = {{2e-5, 2e-4}, {2e-5 + 0x1p-8, 4e-2}, {2e-5 + 0x1p-11, 8e-3}};
+/* Inputs rounded to bf16 first, so all runs take the same values (bf16 values are f16
+ * values too, but for the few below f16's normal range, |x| < 6e-5, which lose bits under
+ * 2^-25). err: O against the float64 oracle, within its rounding on output. f32, bf16 and
+ * f16 run on ctx (float32 arithmetic: the AMX tiles off); the fourth column is bf16 on the
+ * AMX tiles (amx, NULL: none on this CPU), whose P is rounded to bf16 as well. */
+enum { DT_AMX = 3, DT_COLS = 4 };
+static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t amx, int64_t n, int64_t d, int causal,
+                         const options *o) {
+  static const double tol[DT_COLS][2] = {
+      {2e-5, 2e-4}, {2e-5 + 0x1p-8, 4e-2}, {2e-5 + 0x1p-11, 8e-3}, {2e-5 + 0x1p-7, 4e-2}};
   int64_t h = o->heads, count = n * h * d;
   bench_problem p = {n, h, d, causal, alloc_f32(count), alloc_f32(count), alloc_f32(count),
                      alloc_f32(count), alloc_f32(count), alloc_f32(count), alloc_f32(count),
@@ -458,10 +463,12 @@ static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
   a.spec.causal = causal;
   const double flops[2] = {attn_flops_fwd(&a.spec, 1, n, n), 2.5 * attn_flops_fwd(&a.spec, 1, n, n)};
-  static const char *names[3] = {"f32", "bf16", "f16"};
-  result r[3][2];
-  for (int dt = ATTN_F32; dt <= ATTN_F16; dt++) {
-    a.dtype = (attn_dtype)dt;
+  static const char *names[DT_COLS] = {"f32", "bf16", "f16", "bf16-amx"};
+  result r[DT_COLS][2];
+  const int cols = amx ? DT_COLS : DT_AMX;
+  for (int dt = ATTN_F32; dt < cols; dt++) {
+    a.ctx = dt == DT_AMX ? amx : ctx;
+    a.dtype = dt == DT_AMX ? ATTN_BF16 : (attn_dtype)dt;
     for (int i = 0; i < 4 && dt != ATTN_F32; i++)
       for (int64_t x = 0; x < count; x++) a.lp[i][x] = bench_half_bits(in[i][x], a.dtype);
     for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
@@ -473,7 +480,7 @@ static void bench_dtypes(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
   for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
     printf("%5s %2lld %4lld %-3s %-3s|", fmt_size(n, nb), (long long)h, (long long)d,
            causal ? "yes" : "no", dir == DIR_FWD ? "fwd" : "bwd");
-    for (int dt = ATTN_F32; dt <= ATTN_F16; dt++) {
+    for (int dt = ATTN_F32; dt < cols; dt++) {
       const result *x = &r[dt][dir];
       int bad = !(x->err <= tol[dt][dir]);
       g_failed |= bad;
@@ -508,17 +515,23 @@ static int64_t vm_hwm_bytes(void) {
   return kb < 0 ? -1 : kb * 1024;
 }
 
-static attn_ctx_t make_ctx(int threads) {
+/* cpu_amx: cfg.cpu_amx (1: required, then NULL without AMX). */
+static attn_ctx_t make_ctx_amx(int threads, int cpu_amx) {
   attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
   cfg.backend = ATTN_BACKEND_CPU;
   cfg.num_threads = threads;
+  cfg.cpu_amx = cpu_amx;
   attn_ctx_t ctx = NULL;
-  if (attn_ctx_create(&ctx, &cfg) != ATTN_OK) {
+  attn_status st = attn_ctx_create(&ctx, &cfg);
+  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx == 1) return NULL;
+  if (st != ATTN_OK) {
     fprintf(stderr, "bench_cpu: attn_ctx_create: %s\n", attn_last_error());
     exit(1);
   }
   return ctx;
 }
+
+static attn_ctx_t make_ctx(int threads) { return make_ctx_amx(threads, 0); }
 
 /* argv: N H D CAUSAL THREADS. Prints "RSS peak base time err flops_computed". */
 static int rss_child_main(char **argv) {
@@ -648,15 +661,22 @@ int main(int argc, char **argv) {
       for (int c = 0; c < o.ncausal; c++)
         bench_config(ctx, o.seqs[i], o.dims[j], (int)o.causals[c], &o, &misses);
   if (o.dtype_seq > 0) {
+    attn_ctx_t exact = make_ctx_amx(o.threads, -1), amx = make_ctx_amx(o.threads, 1);
     printf("\nStorage dtypes, attnrun, B=1, Hq=Hkv=H: the same inputs (rounded to bf16) as float32, "
            "bf16 and f16 tensors, in one run;\n  per dtype: median ms, GFLOP/s, speed over "
-           "float32 (its time / this one), err (fwd O; bwd dQ, dK, dV, float32 outputs).\n");
-    printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|\n", "N",
-           "H", "d", "cau", "dir", "f32 ms", "GFLOP/s", "x f32", "err", "bf16 ms", "GFLOP/s",
-           "x f32", "err", "f16 ms", "GFLOP/s", "x f32", "err");
+           "float32 (its time / this one), err (fwd O; bwd dQ, dK, dV, float32 outputs).\n"
+           "  f32, bf16, f16: float32 arithmetic (cfg.cpu_amx = -1); bf16-amx: the forward's "
+           "tile products on AMX (P in bf16; the backward is bf16's)%s.\n",
+           amx ? "" : " - not on this CPU");
+    printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%s\n",
+           "N", "H", "d", "cau", "dir", "f32 ms", "GFLOP/s", "x f32", "err", "bf16 ms",
+           "GFLOP/s", "x f32", "err", "f16 ms", "GFLOP/s", "x f32", "err",
+           amx ? "  amx ms  GFLOP/s  x f32 err      |" : "");
     for (int j = 0; j < o.ndim; j++)
       for (int c = 0; c < o.ncausal; c++)
-        bench_dtypes(ctx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
+        bench_dtypes(exact, amx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
+    attn_ctx_destroy(exact);
+    attn_ctx_destroy(amx);
   }
   if (o.decode_kv > 0) {
     g_failed |= bench_decode(ctx, o.decode_kv, o.threads, o.budget_s, o.min_reps, g_json,
