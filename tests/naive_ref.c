@@ -108,26 +108,6 @@ void naive_run(const naive_problem *P, int bwd, naive_out *out) {
   free(acc);
 }
 
-static double element_error(double got, double ref) {
-  if (isinf(ref)) return got == ref ? 0.0 : INFINITY;
-  if (!isfinite(got)) return INFINITY;
-  return fabs(got - ref);
-}
-
-static void print_index(int64_t idx, const int64_t *dims) {
-  if (!dims) {
-    fprintf(stderr, "[%lld]", (long long)idx);
-    return;
-  }
-  int64_t c[4];
-  for (int a = 3; a >= 0; a--) {
-    c[a] = idx % dims[a];
-    idx /= dims[a];
-  }
-  fprintf(stderr, "[%lld,%lld,%lld,%lld]", (long long)c[0], (long long)c[1], (long long)c[2],
-          (long long)c[3]);
-}
-
 int naive_judge(const char *what, const float *got, const double *ref, const float *naive,
                 int64_t n, const int64_t *dims, double extra) {
   double maxref = 0.0, err_n = 0.0, err_k = -1.0;
@@ -135,7 +115,7 @@ int naive_judge(const char *what, const float *got, const double *ref, const flo
   for (int64_t i = 0; i < n; i++)
     if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
   for (int64_t i = 0; i < n; i++) {
-    double en = element_error(naive[i], ref[i]), ek = element_error(got[i], ref[i]);
+    double en = tu_element_error(naive[i], ref[i]), ek = tu_element_error(got[i], ref[i]);
     if (en > err_n) err_n = en;
     if (ek > err_k) {
       err_k = ek;
@@ -148,7 +128,7 @@ int naive_judge(const char *what, const float *got, const double *ref, const flo
   tu_failures++;
   fprintf(stderr, "FAIL %s: max err %.3e > tol %.3e (naive err %.3e, max|ref| %.3e); worst at ",
           what, err_k, tol, err_n, maxref);
-  print_index(wi, dims);
+  tu_print_index(wi, dims);
   fprintf(stderr, " got %.9g ref %.9g naive %.9g%s\n", (double)got[wi], ref[wi], (double)naive[wi],
           tu_count_poison(got + wi, 1) ? " (poison: never written)" : "");
   return 0;

@@ -177,20 +177,8 @@ static void block(void) {
     tc_describe(&c, desc, sizeof desc);
     tc_prob P;
     tc_init(&P, &c);
-    attn_state st = {.batch = P.B, .heads = P.Hq, .rows = P.Sq, .head_dim_v = P.Dv};
-    st.m = tu_falloc(P.B * P.Hq * P.Sq);
-    st.l = tu_falloc(P.B * P.Hq * P.Sq);
-    st.acc = tu_falloc(P.B * P.Hq * P.Sq * P.Dv);
-    TU_CHECK(attn_state_init(amx, &st) == ATTN_OK, "state_init: %s", attn_last_error());
     static const int64_t cuts[] = {0, 70, 171, 300};
-    for (int b = 0; b < 3; b++) {
-      attn_tensor k = tc_rows(&P.tk, cuts[b], cuts[b + 1] - cuts[b]);
-      attn_tensor v = tc_rows(&P.tv, cuts[b], cuts[b + 1] - cuts[b]);
-      attn_block_pos pos = {.q_row0 = 0, .q_pos0 = 0, .k_pos0 = cuts[b], .seq_q = P.Sq,
-                            .seq_kv = P.Skv};
-      attn_status r = attn_fwd_block(amx, &P.spec, &st, &P.tq, &k, &v, &pos);
-      TU_CHECK(r == ATTN_OK, "fwd_block %d: %s in %s", b, attn_last_error(), desc);
-    }
+    attn_state st = tc_fwd_blocks(amx, &P, cuts, 3);
     tc_out out = {0};
     out.o = tu_falloc(tc_n_o(&P));
     out.lse = tu_falloc(tc_n_lse(&P));

@@ -367,6 +367,23 @@ attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n) {
   return r;
 }
 
+attn_state tc_fwd_blocks(attn_ctx_t ctx, tc_prob *P, const int64_t *cuts, int n) {
+  attn_state st = {.batch = P->B, .heads = P->Hq, .rows = P->Sq, .head_dim_v = P->Dv};
+  st.m = tu_falloc(P->B * P->Hq * P->Sq);
+  st.l = tu_falloc(P->B * P->Hq * P->Sq);
+  st.acc = tu_falloc(P->B * P->Hq * P->Sq * P->Dv);
+  TU_CHECK(attn_state_init(ctx, &st) == ATTN_OK, "state_init: %s", attn_last_error());
+  for (int b = 0; b < n; b++) {
+    attn_tensor k = tc_rows(&P->tk, cuts[b], cuts[b + 1] - cuts[b]);
+    attn_tensor v = tc_rows(&P->tv, cuts[b], cuts[b + 1] - cuts[b]);
+    attn_block_pos pos = {.q_row0 = 0, .q_pos0 = 0, .k_pos0 = cuts[b], .seq_q = P->Sq,
+                          .seq_kv = P->Skv};
+    attn_status s = attn_fwd_block(ctx, &P->spec, &st, &P->tq, &k, &v, &pos);
+    TU_CHECK(s == ATTN_OK, "fwd_block %d: %s", b, attn_last_error());
+  }
+  return st;
+}
+
 tc_case tc_flags_case(tc_case c, int m, const int32_t *lq, const int32_t *lkv) {
   c.name = "flags";
   c.bhsd = (m >> 1) & 1;

@@ -105,5 +105,8 @@ int tc_run(attn_ctx_t ctx, const tc_case *c);
 
 /* Makes a [B,S,H,D] view of rows [s0, s0+n) of a library tensor. */
 attn_tensor tc_rows(const attn_tensor *t, int64_t s0, int64_t n);
+/* A float32 state of P's query rows (allocated: free m, l, acc) with the keys folded in
+ * by attn_fwd_block in n blocks [cuts[b], cuts[b+1]). */
+attn_state tc_fwd_blocks(attn_ctx_t ctx, tc_prob *P, const int64_t *cuts, int n);
 
 #endif

@@ -102,7 +102,7 @@ double tu_max_abs(const double *x, int64_t n) {
   return m;
 }
 
-static void print_index(int64_t idx, const int64_t *dims) {
+void tu_print_index(int64_t idx, const int64_t *dims) {
   if (!dims) {
     fprintf(stderr, "[%lld]", (long long)idx);
     return;
@@ -117,7 +117,7 @@ static void print_index(int64_t idx, const int64_t *dims) {
 }
 
 /* Badness of one element: +inf for a non-finite mismatch, else |got - ref|. */
-static double element_error(double got, double ref) {
+double tu_element_error(double got, double ref) {
   if (isinf(ref)) return got == ref ? 0.0 : INFINITY;
   if (!isfinite(got)) return INFINITY;
   return fabs(got - ref);
@@ -134,7 +134,7 @@ static int compare_impl(const char *what, const float *got, const double *refd,
   }
   for (int64_t i = 0; i < n; i++) {
     double r = refd ? refd[i] : (double)reff[i];
-    double e = element_error((double)got[i], r);
+    double e = tu_element_error((double)got[i], r);
     if (e > worst) {
       worst = e;
       wi = i;
@@ -146,7 +146,7 @@ static int compare_impl(const char *what, const float *got, const double *refd,
   double r = refd ? refd[wi] : (double)reff[wi];
   fprintf(stderr, "FAIL %s: max err %.3e > tol %.3e (max|ref| %.3e); worst at ", what, worst,
           tol, maxref);
-  print_index(wi, dims);
+  tu_print_index(wi, dims);
   fprintf(stderr, " got %.9g ref %.9g%s\n", (double)got[wi], r,
           tu_count_poison(got + wi, 1) ? " (poison: never written)" : "");
   return 0;

@@ -60,6 +60,10 @@ int tu_compare(const char *what, const float *got, const double *ref, int64_t n,
 /* Same for two float arrays (e.g. two library paths); ref is promoted to double. */
 int tu_compare_f(const char *what, const float *got, const float *ref, int64_t n,
                  const int64_t *dims, double rtol, double atol);
+/* Badness of one element: +inf for a non-finite mismatch, else |got - ref|. */
+double tu_element_error(double got, double ref);
+/* Prints element idx of a [4] dims tensor as [a,b,c,d] (dims NULL: [idx]) to stderr. */
+void tu_print_index(int64_t idx, const int64_t *dims);
 /* max |x| over finite elements. */
 double tu_max_abs(const double *x, int64_t n);
 
