@@ -133,3 +133,9 @@ int naive_judge(const char *what, const float *got, const double *ref, const flo
           tu_count_poison(got + wi, 1) ? " (poison: never written)" : "");
   return 0;
 }
+
+double naive_grad_noise(int64_t Sq, int64_t Skv, int64_t D, int64_t Dv, double scale,
+                        double amp) {
+  const double terms = (double)(Sq > Skv ? Sq : Skv) * (double)(D > Dv ? D : Dv);
+  return 16.0 * 0x1p-24 * sqrt(terms) * scale * (amp > 0 ? amp : 1.0);
+}

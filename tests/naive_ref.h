@@ -32,4 +32,10 @@ void naive_run(const naive_problem *p, int bwd, naive_out *out);
 int naive_judge(const char *what, const float *got, const double *ref, const float *naive,
                 int64_t n, const int64_t *dims, double extra);
 
+/* The extra a gradient's judge allows for float32 accumulation noise: gradients can cancel
+ * to exactly 0 (one key: dP == delta) where a same-order naive sum is exact too, while the
+ * kernels sum in other orders. 16 x 2^-24 x sqrt(terms) x the scale of a dS*q product. */
+double naive_grad_noise(int64_t Sq, int64_t Skv, int64_t D, int64_t Dv, double scale,
+                        double amp);
+
 #endif

@@ -1,11 +1,11 @@
-/* test_amx.c — the CPU bf16 forward on AMX tiles (cfg.cpu_amx): products in bf16 with float32
- * accumulation and P rounded to bf16, so it is judged as the GPU kernels are, by
- * FlashAttention's rule against a naive bf16 kernel (tests/naive_ref.c): O and LSE error vs
- * the float64 oracle at most 2x the naive kernel's. Each case also runs with AMX off: the
- * two must differ somewhere (the tiles ran) unless the case never reaches them (row
- * kernels, odd head dims), and a second AMX run must repeat the bits. Every mask flag on
- * and off, shapes around the tiles, head dims, packed GQA tiles, NaN/Inf in unseen K/V,
- * the block API, and the backward from the AMX forward's O and LSE.
+/* test_amx.c — the CPU bf16 forward and backward on AMX tiles (cfg.cpu_amx): products in
+ * bf16 with float32 accumulation, P and dS rounded to bf16, so they are judged as the GPU
+ * kernels are, by FlashAttention's rule against a naive bf16 kernel (tests/naive_ref.c):
+ * O, LSE, dQ, dK and dV error vs the float64 oracle at most 2x the naive kernel's. Each
+ * case also runs with AMX off: the two must differ somewhere (the tiles ran) unless the
+ * case never reaches them (row kernels, odd head dims), and a second AMX run must repeat
+ * the bits. Every mask flag on and off, shapes around the tiles, head dims, packed GQA
+ * tiles, NaN/Inf in unseen K/V (forward and backward), the block API.
  * Exit 77 (skipped) without AMX-BF16. Usage: test_amx flags|shapes|unseen|block. */
 #include <math.h>
 #include <stdlib.h>
@@ -23,17 +23,20 @@ static int64_t bits_differ(const float *a, const float *b, int64_t n) {
   return bad;
 }
 
+static float scale_of(const tc_prob *P) {
+  return P->spec.scale > 0 ? P->spec.scale : 1.0f / sqrtf((float)P->Dqk);
+}
+
 /* The naive bf16 kernel on P's inputs and mask. */
-static naive_out naive_of(const tc_prob *P) {
+static naive_out naive_of(const tc_prob *P, int bwd) {
   uint8_t *vis = tu_alloc((size_t)(P->Sq * P->Skv));
   for (int64_t i = 0; i < P->Sq; i++)
     for (int64_t j = 0; j < P->Skv; j++) vis[i * P->Skv + j] = (uint8_t)attn_ref_visible(&P->rp, i, j);
-  const float scale = P->spec.scale > 0 ? P->spec.scale : 1.0f / sqrtf((float)P->Dqk);
   const naive_problem np = {P->B, P->Sq, P->Skv, P->Hq, P->Hkv, P->Dqk, P->Dv, P->c.dtype,
-                            P->q, P->k, P->v, P->dout, vis, scale, P->spec.softcap,
+                            P->q, P->k, P->v, P->dout, vis, scale_of(P), P->spec.softcap,
                             P->spec.sinks, P->spec.alibi_slopes, P->c.nseq, P->cu_q, P->cu_kv};
   naive_out n;
-  naive_run(&np, 0, &n);
+  naive_run(&np, bwd, &n);
   free(vis);
   return n;
 }
@@ -42,7 +45,7 @@ static naive_out naive_of(const tc_prob *P) {
 static int judge(tc_prob *P, const tc_out *out, const char *desc) {
   const int before = tu_failures;
   if (!P->ro) tc_ref(P, 0);
-  naive_out n = naive_of(P);
+  naive_out n = naive_of(P, 0);
   const int64_t od[4] = {P->B, P->Sq, P->Hq, P->Dv}, ld[4] = {1, P->B, P->Hq, P->Sq};
   naive_judge("O", out->o, P->ro, n.o, tc_n_o(P), od, 0.0);
   naive_judge("LSE", out->lse, P->rlse, n.lse, tc_n_lse(P), ld, 0.0);
@@ -52,9 +55,51 @@ static int judge(tc_prob *P, const tc_out *out, const char *desc) {
   return tu_failures == before;
 }
 
+/* dQ, dK, dV of out by the 2x rule (plus float32 noise where gradients cancel), and every
+ * gradient (dsinks too) by the bf16 tolerances of the CPU tests; 1 on pass. */
+static int judge_grads(tc_prob *P, const tc_out *out, const char *desc) {
+  const int before = tu_failures;
+  if (!tc_check_grads(P, out, "AMX backward")) return 0;
+  naive_out n = naive_of(P, 1);
+  const double noise = naive_grad_noise(P->Sq, P->Skv, P->Dqk, P->Dv, scale_of(P), P->c.amp);
+  const int64_t q4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, k4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
+  const int64_t v4[4] = {P->B, P->Skv, P->Hkv, P->Dv};
+  naive_judge("dQ", out->dq, P->rdq, n.dq, tc_n_q(P), q4, noise);
+  naive_judge("dK", out->dk, P->rdk, n.dk, tc_n_k(P), k4, noise);
+  naive_judge("dV", out->dv, P->rdv, n.dv, tc_n_v(P), v4, noise);
+  free(n.o), free(n.lse), free(n.dq), free(n.dk), free(n.dv), free(n.ds);
+  if (tu_failures != before) fprintf(stderr, "  in %s (backward)\n", desc);
+  return tu_failures == before;
+}
+
+static int64_t grads_differ(const tc_prob *P, const tc_out *a, const tc_out *b) {
+  return bits_differ(a->dq, b->dq, tc_n_q(P)) + bits_differ(a->dk, b->dk, tc_n_k(P)) +
+         bits_differ(a->dv, b->dv, tc_n_v(P));
+}
+
+/* The AMX backward by the 2x rule, repeatable, and not the exact path's bits where the
+ * head dims take the tiles (every bf16 tile does, short ones too). */
+static void run_bwd(tc_prob *P, const char *desc) {
+  tc_out b, again, e;
+  tc_lib(amx, P, &b, 1);
+  if (judge_grads(P, &b, desc)) {
+    tc_lib(amx, P, &again, 1);
+    const int64_t rep = grads_differ(P, &b, &again);
+    TU_CHECK(rep == 0, "a second AMX backward differs in %lld elements in %s", (long long)rep, desc);
+    tc_out_free(&again);
+    tc_lib(exact, P, &e, 1);
+    const int tiles = P->Dqk % 32 == 0 && P->Dv % 32 == 0;
+    const int64_t diff = grads_differ(P, &b, &e);
+    TU_CHECK(!tiles || diff > 0, "AMX and exact gradients are bitwise equal in %s: the tiles "
+             "did not run", desc);
+    tc_out_free(&e);
+  }
+  tc_out_free(&b);
+}
+
 /* AMX forward by the 2x rule, repeatable, and not the exact path's bits where the case
- * has tiles of more than 16 lanes (tiles: 0 when it may take the row kernels only); the
- * backward from its O and LSE against the oracle with the bf16 tolerances. */
+ * has tiles of more than 16 lanes (tiles: 0 when it may take the row kernels only); with
+ * c.bwd, the backward (run_bwd). */
 static void run(tc_case c, int tiles) {
   c.seed = next_seed++;
   char desc[512];
@@ -74,13 +119,7 @@ static void run(tc_case c, int tiles) {
     TU_CHECK(!tiles || diff > 0, "AMX and exact results are bitwise equal in %s: the tiles "
              "did not run", desc);
     tc_out_free(&e);
-    if (c.bwd) {
-      /* the backward (float32 arithmetic) from the AMX forward's O and LSE */
-      tc_out b;
-      tc_lib(amx, &P, &b, 1);
-      tc_check_grads(&P, &b, "backward after the AMX forward");
-      tc_out_free(&b);
-    }
+    if (c.bwd) run_bwd(&P, desc);
   }
   tc_out_free(&a);
   tc_free(&P);
@@ -91,10 +130,10 @@ static void run(tc_case c, int tiles) {
 static void flags(void) {
   for (int m = 0; m < 128; m++) {
     tc_case s1 = {.B = 2, .Sq = 203, .Skv = 113, .Hq = 4, .Hkv = 2, .Dqk = 128, .Dv = 64,
-                  .bwd = (m % 8) == 0, .dtype = ATTN_BF16};
+                  .bwd = 1, .dtype = ATTN_BF16};
     run(tc_flags_case(s1, m, (const int32_t[]){100, 3, 100}, (const int32_t[]){50, 60, 3}), 1);
     tc_case s2 = {.B = 1, .Sq = 129, .Skv = 257, .Hq = 3, .Hkv = 1, .Dqk = 64, .Dv = 64,
-                  .dtype = ATTN_BF16};
+                  .bwd = (m % 2) == 0, .dtype = ATTN_BF16};
     run(tc_flags_case(s2, m, (const int32_t[]){40, 17, 72}, (const int32_t[]){70, 33, 154}), 1);
   }
 }
@@ -112,25 +151,26 @@ static void shapes(void) {
       const int *d = dims[(i * 2 + (size_t)causal) % (sizeof dims / sizeof dims[0])];
       run((tc_case){.name = "shape", .B = 2, .Sq = sizes[i][0], .Skv = sizes[i][1], .Hq = 4,
                     .Hkv = causal ? 1 : 2, .Dqk = d[0], .Dv = d[1], .causal = causal,
-                    .bhsd = (int)(i & 1), .dtype = ATTN_BF16},
+                    .bhsd = (int)(i & 1), .bwd = 1, .dtype = ATTN_BF16},
           sizes[i][0] * (causal ? 4 : 2) > 16);
     }
   /* decode-like: 8 rows x a group of 4 = 32 lanes (tiles); 4 x 4 = 16 (row kernels) */
   run((tc_case){.name = "packed", .B = 2, .Sq = 8, .Skv = 1000, .Hq = 8, .Hkv = 2, .Dqk = 128,
-                .causal = 1, .dtype = ATTN_BF16}, 1);
+                .causal = 1, .bwd = 1, .dtype = ATTN_BF16}, 1);
   run((tc_case){.name = "rows", .B = 1, .Sq = 4, .Skv = 700, .Hq = 8, .Hkv = 2, .Dqk = 128,
-                .dtype = ATTN_BF16}, 0);
+                .bwd = 1, .dtype = ATTN_BF16}, 0);
   run((tc_case){.name = "odd dims", .B = 1, .Sq = 150, .Skv = 170, .Hq = 2, .Hkv = 1,
-                .Dqk = 40, .Dv = 24, .dtype = ATTN_BF16}, 0);
+                .Dqk = 40, .Dv = 24, .bwd = 1, .dtype = ATTN_BF16}, 0);
   run((tc_case){.name = "wide values", .B = 1, .Sq = 70, .Skv = 90, .Hq = 1, .Hkv = 1,
-                .Dqk = 64, .scale = 0.3f, .amp = 4.0, .dtype = ATTN_BF16}, 1);
+                .Dqk = 64, .scale = 0.3f, .amp = 4.0, .bwd = 1, .dtype = ATTN_BF16}, 1);
   run((tc_case){.name = "big", .B = 1, .Sq = 1000, .Skv = 1030, .Hq = 2, .Hkv = 1, .Dqk = 128,
                 .causal = 1, .sinks = 1, .bwd = 1, .dtype = ATTN_BF16}, 1);
 }
 
 /* NaN and Inf in K/V rows that no query sees, inside the key tiles that run: a block mask
- * (16 x 16 blocks) whose key-block columns 3, 9 and 17 are off for every row. Outputs stay
- * finite and match; the V tiles that hold them take the safe P·V. */
+ * (16 x 16 blocks) whose key-block columns 3, 9 and 17 are off for every row. Outputs and
+ * gradients stay finite and match; the V tiles that hold them take the safe P·V, the K
+ * tiles the backward's safe dS·K. */
 static void unseen(void) {
   const float bad[4] = {NAN, INFINITY, -INFINITY, NAN};
   enum { BQ = 16, BK = 16, NBQ = (60 + BQ - 1) / BQ, NBK = (400 + BK - 1) / BK };
@@ -160,7 +200,7 @@ static void unseen(void) {
     tc_out a;
     tc_lib(amx, &P, &a, 0);
     TU_CHECK(a.fwd_status == ATTN_OK, "AMX forward: %s in %s", attn_last_error(), desc);
-    if (a.fwd_status == ATTN_OK) judge(&P, &a, desc);
+    if (a.fwd_status == ATTN_OK && judge(&P, &a, desc)) run_bwd(&P, desc);
     tc_out_free(&a);
     tc_free(&P);
   }

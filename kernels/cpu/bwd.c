@@ -1,7 +1,10 @@
 /* bwd.c — CPU flash backward (FlashAttention-2): recompute P from the final LSE, then
  * dV += P^T dO, dS = P*(dP - delta), dK += dS^T Q, dQ += dS K, tile by tile. Work units
  * are (batch, KV head, key split): each owns its dK/dV rows, so the result is
- * deterministic; dQ is shared across splits through partial buffers summed in order. */
+ * deterministic; dQ is shared across splits through partial buffers summed in order.
+ * bf16 with AMX (cfg.cpu_amx) runs the five products on the tiles from bf16 operands, P
+ * and dS rounded to bf16, and accumulates dQ, dK, dV in float32 buffers of the work unit
+ * that it adds to the outputs once a head (dQ) or a key tile (dK, dV) is done. */
 #include "convert.h"
 #include "cpu.h"
 
@@ -17,6 +20,7 @@ typedef struct {
 typedef struct {
   const attn__problem *pb;
   const cpu_tile_ops *ops;
+  const cpu_amx_ops *amx; /* the tile products on AMX (bf16), or NULL */
   const cpu_segment *segs;
   int nseg;
   const qtile *tiles;
@@ -44,6 +48,17 @@ typedef struct {
   float *qrow;    /* [ntiles][CPU_BR][Dqk] */
   float *dorow;   /* [ntiles][CPU_BR][Dv] */
   float *kc, *vc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
+  /* AMX only (then qt, dot, qrow and dorow are unused): bf16 B tiles of the head's Q and
+   * dO rows per query tile, both ways (pack_lanes, pack_pairs), and of the key tile's K;
+   * bf16 P^T, dS^T and dS of a pair; float32 accumulators */
+  uint16_t *qv, *qn;   /* [ntiles][Dqk/2][CPU_BR][2], [ntiles][CPU_BR/2][Dqk][2] */
+  uint16_t *dov, *don; /* [ntiles][Dv/2][CPU_BR][2], [ntiles][CPU_BR/2][Dv][2] */
+  uint16_t *kv;        /* [CPU_BC/2][Dqk][2] */
+  uint16_t *kpad;      /* [32][max(Dqk, Dv)] */
+  uint16_t *pt, *dst;  /* [CPU_BC][CPU_BR] */
+  uint16_t *ds;        /* [CPU_BR][CPU_BC] */
+  float *dqacc;        /* [ntiles][CPU_BR][Dqk] */
+  float *dkacc, *dvacc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
 } bwd_work;
@@ -116,25 +131,94 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   ops->gemm(dqr, dq.ss, w->dp, CPU_BR, 1, k, kr->ldk, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
 }
 
+/* The AMX tiles' operands of head h: Q and dO rows of each query tile as B tiles both
+ * ways, lse and delta, and zero dQ accumulators. */
+static void amx_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
+  const attn__problem *pb = jb->pb;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
+  for (int64_t t = 0; t < jb->ntiles; t++) {
+    const qtile *qt = &jb->tiles[t];
+    const uint16_t *q = attn__cpu_row(pb->q, ATTN_BF16, b, qt->r0, h);
+    const uint16_t *d = attn__cpu_row(jb->dout, ATTN_BF16, b, qt->r0, h);
+    const size_t tq = (size_t)t * CPU_BR * Dqk, tv = (size_t)t * CPU_BR * Dv;
+    jb->amx->pack_lanes(w->qv + tq, q, pb->q.ss, qt->rows, Dqk);
+    jb->amx->pack_pairs(w->qn + tq, q, pb->q.ss, qt->rows, Dqk);
+    jb->amx->pack_lanes(w->dov + tv, d, jb->dout.ss, qt->rows, Dv);
+    jb->amx->pack_pairs(w->don + tv, d, jb->dout.ss, qt->rows, Dv);
+    memset(w->dqacc + tq, 0, (size_t)CPU_BR * Dqk * sizeof(float));
+    float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
+    int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
+    for (int i = 0; i < CPU_BR; i++) {
+      l2[i] = i < qt->rows ? jb->lse[row + i] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
+      dl[i] = i < qt->rows ? jb->delta[row + i] : 0.0f;
+    }
+  }
+}
+
+/* dst rows [rows][D] (row stride ld) += acc [rows][D]. */
+static void add_rows(float *dst, int64_t ld, const float *acc, int rows, int D) {
+  for (int r = 0; r < rows; r++)
+    for (int d = 0; d < D; d++) dst[r * ld + d] += acc[(size_t)r * D + d];
+}
+
+/* One (query tile, key tile) pair of head h on the AMX tiles: keys [ca, ca + nj) of KV
+ * head hk, whose K pairs are in w->kv; dK, dV into w->dkacc, w->dvacc, dQ into w->dqacc.
+ * safe: K holds NaN or Inf, so dQ takes the float32 safe product (K rows as float32). */
+static void amx_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int64_t t,
+                     int64_t ca, int nj, int safe) {
+  const attn__problem *pb = jb->pb;
+  const cpu_amx_ops *amx = jb->amx;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, lanes = w->ti.lanes;
+  const int l32 = (lanes + 31) / 32 * 32, nj16 = (nj + 15) / 16 * 16, nj32 = (nj + 31) / 32 * 32;
+  const size_t tq = (size_t)t * CPU_BR * Dqk, tv = (size_t)t * CPU_BR * Dv;
+  const uint16_t *k = attn__cpu_row(pb->k, ATTN_BF16, b, ca, hk);
+  const uint16_t *v = attn__cpu_row(pb->v, ATTN_BF16, b, ca, hk);
+  float *T = pb->softcap > 0.0f ? w->t : NULL;
+  amx->scores(w->s, k, pb->k.ss, nj, w->qv + tq, lanes, Dqk, w->kpad);
+  amx->probs(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->lse2 + t * CPU_BR, T, w->pt);
+  amx->scores(w->dp, v, pb->v.ss, nj, w->dov + tv, lanes, Dv, w->kpad);
+  amx->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale, w->dst, w->ds);
+  amx->gemm(w->dvacc, Dv, w->pt, CPU_BR, w->don + tv, nj16, Dv, l32);  /* dV += P^T dO */
+  amx->gemm(w->dkacc, Dqk, w->dst, CPU_BR, w->qn + tq, nj16, Dqk, l32); /* dK += dS^T Q */
+  if (!safe) {
+    amx->gemm(w->dqacc + tq, Dqk, w->ds, CPU_BC, w->kv, lanes, Dqk, nj32); /* dQ += dS K */
+    return;
+  }
+  int64_t ldk;
+  const float *kf = attn__cpu_rows_f32(jb->ops, pb->k, ATTN_BF16, b, ca, hk, nj, Dqk, w->kc, &ldk);
+  jb->ops->gemm(w->dqacc + tq, Dqk, w->dp, CPU_BR, 1, kf, ldk, jb->tiles[t].rows, Dqk, nj, NULL,
+                CPU_GEMM_ADD, 1);
+}
+
 static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int split) {
   const attn__problem *pb = jb->pb;
   const int64_t G = pb->Hq / pb->Hkv;
+  const cpu_amx_ops *amx = jb->amx;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   int64_t computed = 0, skipped = 0;
   double flops = 0;
+  if (amx) amx->begin();
   for (int64_t h = hk * G; h < (hk + 1) * G; h++) {
-    pack_head(jb, b, h, w);
+    if (amx) amx_pack_head(jb, b, h, w);
+    else pack_head(jb, b, h, w);
     for (int s = 0; s < jb->nseg; s++) {
       const cpu_segment *seg = &jb->segs[s];
       for (int64_t kt = seg->c0 / CPU_BC; kt * CPU_BC < seg->c1; kt++) {
         if (kt % jb->nsplit != split) continue;
         int64_t ca = kt * CPU_BC > seg->c0 ? kt * CPU_BC : seg->c0;
         int64_t cb = (kt + 1) * CPU_BC < seg->c1 ? (kt + 1) * CPU_BC : seg->c1;
+        const int nj = (int)(cb - ca);
         int safe = attn__cpu_tile_nonfinite(jb->kbad, jb->ops, b, hk, kt);
-        key_rows kr;
-        kr.k = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, b, ca, hk, (int)(cb - ca),
-                                  (int)pb->Dqk, w->kc, &kr.ldk);
-        kr.v = attn__cpu_rows_f32(jb->ops, pb->v, pb->dtype, b, ca, hk, (int)(cb - ca),
-                                  (int)pb->Dv, w->vc, &kr.ldv);
+        key_rows kr = {0};
+        if (amx) {
+          amx->pack_pairs(w->kv, attn__cpu_row(pb->k, ATTN_BF16, b, ca, hk), pb->k.ss, nj, Dqk);
+          const size_t nj16 = (size_t)(nj + 15) / 16 * 16; /* the rows the products write */
+          memset(w->dkacc, 0, nj16 * Dqk * sizeof(float));
+          memset(w->dvacc, 0, nj16 * Dv * sizeof(float));
+        } else {
+          kr.k = attn__cpu_rows_f32(jb->ops, pb->k, pb->dtype, b, ca, hk, nj, Dqk, w->kc, &kr.ldk);
+          kr.v = attn__cpu_rows_f32(jb->ops, pb->v, pb->dtype, b, ca, hk, nj, Dv, w->vc, &kr.ldv);
+        }
         for (int64_t t = jb->seg_tile0[s]; t < jb->seg_tile0[s + 1]; t++) {
           const qtile *qt = &jb->tiles[t];
           int64_t a = ca > qt->kc0 ? ca : qt->kc0, e = cb < qt->kc1 ? cb : qt->kc1;
@@ -143,17 +227,69 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
             skipped++;
             continue;
           }
-          run_pair(jb, w, b, h, hk, t, ca, (int)(cb - ca), safe, jb->dq[split], &kr);
+          if (amx) amx_pair(jb, w, b, hk, t, ca, nj, safe);
+          else run_pair(jb, w, b, h, hk, t, ca, nj, safe, jb->dq[split], &kr);
           computed++;
-          flops += 2.0 * qt->rows * (double)(cb - ca) * (double)(3 * pb->Dqk + 2 * pb->Dv);
+          flops += 2.0 * qt->rows * (double)nj * (double)(3 * pb->Dqk + 2 * pb->Dv);
+        }
+        if (amx) {
+          add_rows(jb->dk.p + b * jb->dk.sb + ca * jb->dk.ss + hk * jb->dk.sh, jb->dk.ss,
+                   w->dkacc, nj, Dqk);
+          add_rows(jb->dv.p + b * jb->dv.sb + ca * jb->dv.ss + hk * jb->dv.sh, jb->dv.ss,
+                   w->dvacc, nj, Dv);
         }
       }
     }
+    if (amx) {
+      const attn__view dq = jb->dq[split];
+      for (int64_t t = 0; t < jb->ntiles; t++)
+        add_rows(dq.p + b * dq.sb + jb->tiles[t].r0 * dq.ss + h * dq.sh, dq.ss,
+                 w->dqacc + (size_t)t * CPU_BR * Dqk, jb->tiles[t].rows, Dqk);
+    }
   }
+  if (amx) amx->end();
   attn__cpu_count(jb->ctx, computed, skipped, flops);
 }
 
-static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles) {
+/* The AMX path's buffers (one allocation, zeroed). */
+static bwd_work *amx_work_alloc(const attn__problem *pb, int64_t ntiles) {
+  bwd_work *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  const size_t tile = (size_t)CPU_BC * CPU_BR, Dqk = (size_t)pb->Dqk, Dv = (size_t)pb->Dv;
+  const size_t nt = (size_t)ntiles * CPU_BR; /* lanes of all query tiles */
+  size_t floats = 2 * nt + 3 * tile + nt * Dqk + CPU_BC * (2 * Dqk + Dv);
+  size_t halves = 2 * nt * (Dqk + Dv) + CPU_BC * Dqk + 32 * (Dqk > Dv ? Dqk : Dv) + 3 * tile;
+  size_t bytes = (floats * sizeof(float) + halves * 2 + 63) / 64 * 64;
+  float *buf = aligned_alloc(64, bytes);
+  if (!buf) {
+    free(w);
+    return NULL;
+  }
+  memset(buf, 0, bytes);
+  w->qt = buf; /* what work_free frees */
+  w->lse2 = buf;
+  w->dl = w->lse2 + nt;
+  w->s = w->dl + nt;
+  w->dp = w->s + tile;
+  w->t = w->dp + tile;
+  w->dqacc = w->t + tile;
+  w->dkacc = w->dqacc + nt * Dqk;
+  w->dvacc = w->dkacc + CPU_BC * Dqk;
+  w->kc = w->dvacc + CPU_BC * Dv;
+  w->qv = (uint16_t *)(w->kc + CPU_BC * Dqk);
+  w->qn = w->qv + nt * Dqk;
+  w->dov = w->qn + nt * Dqk;
+  w->don = w->dov + nt * Dv;
+  w->kv = w->don + nt * Dv;
+  w->kpad = w->kv + CPU_BC * Dqk;
+  w->pt = w->kpad + 32 * (Dqk > Dv ? Dqk : Dv);
+  w->dst = w->pt + tile;
+  w->ds = w->dst + tile;
+  return w;
+}
+
+static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int amx) {
+  if (amx) return amx_work_alloc(pb, ntiles);
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   size_t tile = (size_t)CPU_BC * CPU_BR;
@@ -216,7 +352,7 @@ static attn_status run_units(bwd_job *jb, int threads) {
   int failed = 0;
 #pragma omp parallel num_threads(threads)
   {
-    bwd_work *w = work_alloc(pb, jb->ntiles);
+    bwd_work *w = work_alloc(pb, jb->ntiles, jb->amx != NULL);
     if (!w) {
 #pragma omp atomic write
       failed = 1;
@@ -250,7 +386,10 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
                                 const float *lse, const float *delta, int64_t lse_rows,
                                 attn__view dq, attn__view dk, attn__view dv) {
   cpu_backend *be = ctx->backend_data;
-  bwd_job jb = {.pb = pb, .ops = be->ops, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
+  /* AMX: bf16 with head dims the tiles take */
+  const cpu_amx_ops *amx = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
+                               ? be->amx : NULL;
+  bwd_job jb = {.pb = pb, .ops = be->ops, .amx = amx, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
                 .delta = delta, .lse_rows = lse_rows, .ctx = ctx};
   cpu_segment *segs = NULL;
   qtile *tiles = NULL;

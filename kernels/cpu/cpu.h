@@ -102,8 +102,8 @@ extern const cpu_tile_ops attn__cpu_ops_scalar;
 /* NULL when the compiler could not build it. */
 const cpu_tile_ops *attn__cpu_ops_avx512(void);
 
-/* The bf16 forward's tile kernels on AMX (tile_amx.c): the tile products in bf16 with
- * float32 accumulation, P rounded to bf16 for P·V. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
+/* The bf16 tile kernels on AMX (tile_amx.c), forward and backward: the tile products in
+ * bf16 with float32 accumulation, P (and dS) rounded to bf16 for their products. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
  * B tiles), P [CPU_BR][CPU_BC] (lanes' probabilities, bf16), kpad [32][Dqk], vv
  * [CPU_BC/2][Dv][2]; bf16 rows are raw storage (uint16_t), strides in elements. Dqk and Dv
  * are multiples of 32, lanes of 16, nj <= CPU_BC. */
@@ -124,6 +124,25 @@ typedef struct {
    * Inf, so a zero probability must add nothing (then without the tile products) */
   void (*pv)(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
              int lanes, const float *alpha, int safe, uint16_t *vv);
+  /* The backward's. Lanes as B tiles (a product over d): dst [D/2][CPU_BR][2] from bf16
+   * rows src [rows][ld]; lanes from rows up to a multiple of 32 zero. */
+  void (*pack_lanes)(uint16_t *dst, const uint16_t *src, int64_t ld, int rows, int D);
+  /* Row pairs as B tiles (a product over rows): dst [n32/2][D][2] from rows src [n][ld],
+   * zero rows from n up to n32 (n rounded up to 32). */
+  void (*pack_pairs)(uint16_t *dst, const uint16_t *src, int64_t ld, int n, int D);
+  /* C [M][N] (float32, row stride ldc) += A [M][K] (bf16 rows, stride lda) · B (pack_pairs
+   * of K rows N wide); M a multiple of 16, N and K of 32. */
+  void (*gemm)(float *C, int64_t ldc, const uint16_t *A, int64_t lda, const uint16_t *B, int M,
+               int N, int K);
+  /* S^T times sscale → P^T in place as probs_bwd does, and as bf16 Pt [nj][CPU_BR]; P is 0
+   * in lanes whose lse2 is +inf (unused) and in lanes [lanes, lanes rounded up to 32). */
+  void (*probs)(float *S, int nj, const cpu_tile_info *ti, float sscale, const float *lse2,
+                float *T, uint16_t *Pt);
+  /* dP^T → dS^T in place as dscores does, and as bf16 both ways: dSt [nj][CPU_BR] (lanes
+   * to a multiple of 32, zero past lanes) and dS [CPU_BR][CPU_BC] (lanes' rows, keys to a
+   * multiple of 32, zero past nj). */
+  void (*dscores)(float *dP, const float *P, const float *T, int nj, int lanes,
+                  const float *delta, float factor, uint16_t *dSt, uint16_t *dS);
 } cpu_amx_ops;
 
 /* NULL when the CPU has no AMX-BF16 or the kernel does not grant its tile state. */
@@ -131,7 +150,7 @@ const cpu_amx_ops *attn__cpu_amx(void);
 
 typedef struct {
   const cpu_tile_ops *ops;
-  const cpu_amx_ops *amx; /* the bf16 forward's tile products, or NULL (cfg.cpu_amx) */
+  const cpu_amx_ops *amx; /* the bf16 tile products, or NULL (cfg.cpu_amx) */
   int threads;
 } cpu_backend;
 

@@ -1,9 +1,12 @@
-/* tile_amx.c — the bf16 forward's tile kernels on Intel AMX (AMX-BF16, Sapphire Rapids and
+/* tile_amx.c — the bf16 tile kernels on Intel AMX (AMX-BF16, Sapphire Rapids and
  * later): S^T = K·Q^T and O += P·V as bf16 tile products with float32 accumulation, the
  * online softmax in AVX-512 between them. P is rounded to bf16 for P·V, as GPU flash
  * kernels do, so results differ from the float32 path by that rounding (the 2x rule).
  * Compiled with -mamx-tile -mamx-bf16 -mavx512bf16 in this unit only; picked at run time
  * when CPUID says AMX-BF16 and the kernel grants the tile data state (arch_prctl).
+ *
+ * The backward's five products run there too, from P and dS rounded to bf16 (as FlashAttention's
+ * kernels do): S^T = K·Q^T, dP^T = V·dO^T, dV += P^T·dO, dK += dS^T·Q, dQ += dS·K.
  *
  * Every tile register is 16 rows x 64 bytes: C 16 x 16 float32, A 16 x 32 bf16, B 16
  * pairs x 16 columns x 2 bf16 ("VNNI": B[k][n] at row k/2, element 2n + k%2). Blocking is
@@ -131,9 +134,10 @@ static void amx_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale,
   }
 }
 
-/* V rows [nj][D] (stride ldv) as B tiles: vv [nj32/2][D][2], zero keys past nj. */
-static void pack_v(uint16_t *vv, const uint16_t *v, int64_t ldv, int nj, int D) {
-  const int nj32 = (nj + 31) / 32 * 32;
+/* Row pairs as B tiles: dst [n32/2][D][2] = src rows [n][D] (stride ld), zero rows from n
+ * up to n32 (n rounded up to 32). */
+static void amx_pack_pairs(uint16_t *dst, const uint16_t *src, int64_t ld, int n, int D) {
+  const int n32 = (n + 31) / 32 * 32;
   __m512i lo_idx, hi_idx;
   uint16_t il[32], ih[32];
   for (int t = 0; t < 16; t++) {
@@ -142,47 +146,69 @@ static void pack_v(uint16_t *vv, const uint16_t *v, int64_t ldv, int nj, int D) 
   }
   lo_idx = _mm512_loadu_si512(il);
   hi_idx = _mm512_loadu_si512(ih);
-  for (int j = 0; j < nj32; j += 2) {
-    const uint16_t *a = v + j * ldv, *b = a + ldv;
-    uint16_t *o = vv + (size_t)(j / 2) * D * 2;
+  for (int j = 0; j < n32; j += 2) {
+    const uint16_t *a = src + j * ld, *b = a + ld;
+    uint16_t *o = dst + (size_t)(j / 2) * D * 2;
     for (int d0 = 0; d0 < D; d0 += 32) {
-      __m512i x = j < nj ? _mm512_loadu_si512(a + d0) : _mm512_setzero_si512();
-      __m512i y = j + 1 < nj ? _mm512_loadu_si512(b + d0) : _mm512_setzero_si512();
+      __m512i x = j < n ? _mm512_loadu_si512(a + d0) : _mm512_setzero_si512();
+      __m512i y = j + 1 < n ? _mm512_loadu_si512(b + d0) : _mm512_setzero_si512();
       _mm512_storeu_si512(o + 2 * d0, _mm512_permutex2var_epi16(x, lo_idx, y));
       _mm512_storeu_si512(o + 2 * d0 + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
     }
   }
 }
 
-/* O rows [i0, i0 + 16·(1 + two)) x columns [d0, d0 + 32) += P · V over nj32 keys. */
-static inline void pv_block(float *O, int D, const uint16_t *P, const uint16_t *vv, int nj32,
-                            int i0, int d0, int two) {
-  float *o = O + (size_t)i0 * D + d0;
-  _tile_loadd(0, o, D * 4);
-  _tile_loadd(1, o + 16, D * 4);
+/* Lanes as B tiles: dst [D/2][CPU_BR][2] (pair d/2, lane i) = src rows [rows][D] (stride
+ * ld), lanes from rows up to a multiple of 32 zero. A bf16 pair is one 32-bit word, so
+ * this is a 16 x 16 transpose of words. */
+static void amx_pack_lanes(uint16_t *dst, const uint16_t *src, int64_t ld, int rows, int D) {
+  const int l32 = (rows + 31) / 32 * 32;
+  for (int i0 = 0; i0 < l32; i0 += 16)
+    for (int w0 = 0; w0 < D / 2; w0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i0 + i < rows ? _mm512_castsi512_ps(_mm512_loadu_si512(src + (i0 + i) * ld + 2 * w0))
+                             : _mm512_setzero_ps();
+      transpose16(r);
+      for (int w = 0; w < 16; w++) _mm512_storeu_ps(dst + ((size_t)(w0 + w) * CPU_BR + i0) * 2, r[w]);
+    }
+}
+
+/* C rows [i0, i0 + 16·(1 + two)) x columns [n0, n0 + 32) += A · B over K. */
+static inline void gemm_block(float *C, int64_t ldc, const uint16_t *A, int64_t lda,
+                              const uint16_t *B, int N, int K, int i0, int n0, int two) {
+  float *c = C + (size_t)i0 * ldc + n0;
+  _tile_loadd(0, c, ldc * 4);
+  _tile_loadd(1, c + 16, ldc * 4);
   if (two) {
-    _tile_loadd(2, o + 16 * D, D * 4);
-    _tile_loadd(3, o + 16 * D + 16, D * 4);
+    _tile_loadd(2, c + 16 * ldc, ldc * 4);
+    _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
   }
-  for (int j0 = 0; j0 < nj32; j0 += 32) {
-    const uint16_t *pa = P + (size_t)i0 * CPU_BC + j0, *vb = vv + (size_t)(j0 / 2) * D * 2 + 2 * d0;
-    _tile_loadd(4, pa, CPU_BC * 2);
-    _tile_loadd(6, vb, D * 4);
-    _tile_loadd(7, vb + 32, D * 4);
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    const uint16_t *pa = A + (size_t)i0 * lda + k0, *vb = B + (size_t)(k0 / 2) * N * 2 + 2 * n0;
+    _tile_loadd(4, pa, lda * 2);
+    _tile_loadd(6, vb, N * 4);
+    _tile_loadd(7, vb + 32, N * 4);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if (two) {
-      _tile_loadd(5, pa + 16 * CPU_BC, CPU_BC * 2);
+      _tile_loadd(5, pa + 16 * lda, lda * 2);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
   }
-  _tile_stored(0, o, D * 4);
-  _tile_stored(1, o + 16, D * 4);
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
   if (two) {
-    _tile_stored(2, o + 16 * D, D * 4);
-    _tile_stored(3, o + 16 * D + 16, D * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
   }
+}
+
+static void amx_gemm(float *C, int64_t ldc, const uint16_t *A, int64_t lda, const uint16_t *B,
+                     int M, int N, int K) {
+  for (int i0 = 0; i0 < M; i0 += 32)
+    for (int n0 = 0; n0 < N; n0 += 32) gemm_block(C, ldc, A, lda, B, N, K, i0, n0, M - i0 >= 32);
 }
 
 /* The safe P·V of a V tile that holds NaN or Inf: a zero probability adds nothing. */
@@ -216,10 +242,69 @@ static void amx_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_
     pv_safe(O, D, P, v, ldv, nj, lanes);
     return;
   }
+  amx_pack_pairs(vv, v, ldv, nj, D);
+  amx_gemm(O, D, P, CPU_BC, vv, lanes, D, (nj + 31) / 32 * 32);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+static inline void store_bf16(uint16_t *dst, __m512 x) {
+  _mm256_storeu_si256((__m256i *)dst, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+static void amx_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
+                      const float *lse2, float *T, uint16_t *Pt) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), pinf = _mm512_set1_ps(INFINITY);
+  const __m512 sc = _mm512_set1_ps(sscale);
+  const int lanes = ti->lanes, pad = (lanes + 31) / 32 * 32 > lanes;
+  for (int j = 0; j < nj; j++) {
+    for (int i0 = 0; i0 < lanes; i0 += 16) {
+      float *row = S + j * CPU_BR + i0;
+      __m512 t = _mm512_setzero_ps();
+      __m512 x = transform16(_mm512_mul_ps(_mm512_loadu_ps(row), sc), j, i0, ti, &t);
+      if (T) _mm512_storeu_ps(T + j * CPU_BR + i0, t);
+      const __m512 l2 = _mm512_loadu_ps(lse2 + i0);
+      __m512 p = exp2_ps(_mm512_sub_ps(x, l2));
+      /* masked keys, and unused lanes (lse2 +inf; their scores may be NaN from NaN K) */
+      p = _mm512_mask_mov_ps(p, _mm512_cmpeq_ps_mask(x, ninf) | _mm512_cmpeq_ps_mask(l2, pinf),
+                             _mm512_setzero_ps());
+      _mm512_storeu_ps(row, p);
+      store_bf16(Pt + j * CPU_BR + i0, p);
+    }
+    if (pad) store_bf16(Pt + j * CPU_BR + lanes, _mm512_setzero_ps());
+  }
+}
+
+static void amx_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
+                        const float *delta, float factor, uint16_t *dSt, uint16_t *dS) {
+  const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps();
   const int nj32 = (nj + 31) / 32 * 32;
-  pack_v(vv, v, ldv, nj, D);
-  for (int i0 = 0; i0 < lanes; i0 += 32)
-    for (int d0 = 0; d0 < D; d0 += 32) pv_block(O, D, P, vv, nj32, i0, d0, lanes - i0 >= 32);
+  for (int i0 = 0; i0 < lanes; i0 += 16) {
+    const __m512 dl = _mm512_loadu_ps(delta + i0);
+    for (int jb = 0; jb < nj32; jb += 16) {
+      __m512 r[16];
+      for (int c = 0; c < 16; c++) {
+        const int j = jb + c, e = j * CPU_BR + i0;
+        if (j >= nj) {
+          r[c] = z;
+          continue;
+        }
+        __m512 p = _mm512_loadu_ps(P + e);
+        __m512 ds = _mm512_mul_ps(_mm512_mul_ps(f, p), _mm512_sub_ps(_mm512_loadu_ps(dP + e), dl));
+        if (T) {
+          __m512 t = _mm512_loadu_ps(T + e);
+          ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
+        }
+        ds = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
+        _mm512_storeu_ps(dP + e, ds);
+        store_bf16(dSt + j * CPU_BR + i0, ds);
+        r[c] = ds;
+      }
+      transpose16(r); /* r[c]: lane i0 + c, keys jb .. jb + 15 */
+      for (int c = 0; c < 16; c++) store_bf16(dS + (size_t)(i0 + c) * CPU_BC + jb, r[c]);
+    }
+  }
+  if ((lanes + 31) / 32 * 32 > lanes)
+    for (int j = 0; j < nj; j++) store_bf16(dSt + j * CPU_BR + lanes, z);
 }
 
 /* ---- availability -------------------------------------------------------------------- */
@@ -240,8 +325,9 @@ static void amx_probe(void) {
   amx_ok = syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) == 0;
 }
 
-static const cpu_amx_ops amx_ops = {amx_begin, amx_end, amx_pack_q, amx_scores, amx_softmax,
-                                    amx_pv};
+static const cpu_amx_ops amx_ops = {amx_begin,      amx_end,    amx_pack_q, amx_scores,
+                                    amx_softmax,    amx_pv,     amx_pack_lanes, amx_pack_pairs,
+                                    amx_gemm,       amx_probs,  amx_dscores};
 
 const cpu_amx_ops *attn__cpu_amx(void) {
   pthread_once(&amx_once, amx_probe);

@@ -437,13 +437,8 @@ int gc_check(gc_prob *P, const gc_out *out, int bwd, const char *tag) {
     gc_judge("LSE", out->lse, P->rlse, P->nlse, gc_n_lse(P), dl4);
   }
   if (bwd && P->c.dtype != ATTN_F32) {
-    /* Gradients can cancel to exactly 0 (one key: dP == delta) where a same-order naive sum
-     * is exact too; the kernels sum in other orders, so allow float32 accumulation noise:
-     * 16 x 2^-24 x sqrt(terms) x the scale of a dS*q product. */
-    const double amp = P->c.amp > 0 ? P->c.amp : 1.0;
-    const int64_t Dmax = P->D > P->Dv ? P->D : P->Dv;
-    const double noise = 16.0 * 0x1p-24 * sqrt((double)(P->Sq > P->Skv ? P->Sq : P->Skv) * Dmax) *
-                         P->pb.scale * amp;
+    /* float32 accumulation noise where gradients cancel (naive_grad_noise) */
+    const double noise = naive_grad_noise(P->Sq, P->Skv, P->D, P->Dv, P->pb.scale, P->c.amp);
     gc_judge_tol("dQ", out->dq, P->rdq, P->ndq, gc_n_q(P), dq4, noise);
     gc_judge_tol("dK", out->dk, P->rdk, P->ndk, gc_n_k(P), dk4, noise);
     gc_judge_tol("dV", out->dv, P->rdv, P->ndv, gc_n_v(P), dv4, noise);
