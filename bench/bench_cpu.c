@@ -438,7 +438,7 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
  * values too, but for the few below f16's normal range, |x| < 6e-5, which lose bits under
  * 2^-25). err: O against the float64 oracle, within its rounding on output. f32, bf16 and
  * f16 run on ctx (float32 arithmetic: the AMX tiles off); the fourth column is bf16 on the
- * AMX tiles (amx, NULL: none on this CPU), whose P is rounded to bf16 as well. */
+ * AMX tiles (amx, NULL: none on this CPU), whose P (and dS) are rounded to bf16 as well. */
 enum { DT_AMX = 3, DT_COLS = 4 };
 static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t amx, int64_t n, int64_t d, int causal,
                          const options *o) {
@@ -665,8 +665,8 @@ int main(int argc, char **argv) {
     printf("\nStorage dtypes, attnrun, B=1, Hq=Hkv=H: the same inputs (rounded to bf16) as float32, "
            "bf16 and f16 tensors, in one run;\n  per dtype: median ms, GFLOP/s, speed over "
            "float32 (its time / this one), err (fwd O; bwd dQ, dK, dV, float32 outputs).\n"
-           "  f32, bf16, f16: float32 arithmetic (cfg.cpu_amx = -1); bf16-amx: the forward's "
-           "tile products on AMX (P in bf16; the backward is bf16's)%s.\n",
+           "  f32, bf16, f16: float32 arithmetic (cfg.cpu_amx = -1); bf16-amx: the tile "
+           "products on AMX, forward and backward (P and dS in bf16)%s.\n",
            amx ? "" : " - not on this CPU");
     printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%s\n",
            "N", "H", "d", "cau", "dir", "f32 ms", "GFLOP/s", "x f32", "err", "bf16 ms",
