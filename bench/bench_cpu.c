@@ -523,7 +523,7 @@ static attn_ctx_t make_ctx_amx(int threads, int cpu_amx) {
   cfg.cpu_amx = cpu_amx;
   attn_ctx_t ctx = NULL;
   attn_status st = attn_ctx_create(&ctx, &cfg);
-  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx == 1) return NULL;
+  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx >= 1) return NULL;
   if (st != ATTN_OK) {
     fprintf(stderr, "bench_cpu: attn_ctx_create: %s\n", attn_last_error());
     exit(1);

@@ -160,12 +160,13 @@ typedef struct {
   int32_t num_threads;  /* CPU threads; 0 → OpenMP default */
   int32_t force_scalar; /* CPU: use the portable scalar kernels (also ATTN_FORCE_SCALAR=1) */
   void *stream;         /* CUDA stream (cudaStream_t), NULL → default */
-  /* (version 2) CPU bf16 forward and backward on AMX tiles (Intel AMX-BF16): products in
+  /* (version 2) CPU bf16 forward and backward on bf16 product units: AMX tiles (Intel
+   * AMX-BF16) or AVX512-BF16 dot products (AMD Zen 4, Intel Cooper Lake): products in
    * bf16 with float32 accumulation, P (and the backward's dS) rounded to bf16 for their
-   * products as on GPUs. 0: when the CPU has it;
-   * 1: required (attn_ctx_create fails with UNSUPPORTED without it); -1: off, bf16 then
-   * runs the float32 arithmetic (bitwise the float32 path's on the same values).
-   * ATTN_CPU_AMX=-1|0|1 overrides. */
+   * products as on GPUs. 0: AMX when the CPU has it, else AVX512-BF16 when it has that;
+   * 1: AMX required, 2: AVX512-BF16 required (attn_ctx_create fails with UNSUPPORTED
+   * without it); -1: off, bf16 then runs the float32 arithmetic (bitwise the float32
+   * path's on the same values). ATTN_CPU_AMX=-1|0|1|2 overrides. */
   int32_t cpu_amx;
 } attn_ctx_config;
 

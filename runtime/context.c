@@ -42,11 +42,12 @@ attn_status attn_ctx_create(attn_ctx_t *out, const attn_ctx_config *cfg_in) {
     return attn__fail(ATTN_ERR_INVALID_ARG, "cfg.backend=%d is not a backend (0 auto, 1 cpu, 2 cuda)",
                       (int)cfg.backend);
   if (ATTN_PARAM("FORCE_SCALAR", 0)) cfg.force_scalar = 1;
-  const int64_t amx_env = ATTN_PARAM("CPU_AMX", 2); /* 2: not set (the value is cached) */
-  if (amx_env != 2) cfg.cpu_amx = (int32_t)amx_env;
-  if (cfg.cpu_amx < -1 || cfg.cpu_amx > 1)
+  const int64_t amx_env = ATTN_PARAM("CPU_AMX", 100); /* 100: not set (the value is cached) */
+  if (amx_env != 100) cfg.cpu_amx = (int32_t)amx_env;
+  if (cfg.cpu_amx < -1 || cfg.cpu_amx > 2)
     return attn__fail(ATTN_ERR_INVALID_ARG,
-                      "cfg.cpu_amx=%d (or ATTN_CPU_AMX) must be -1 (off), 0 (auto) or 1 (required)",
+                      "cfg.cpu_amx=%d (or ATTN_CPU_AMX) must be -1 (off), 0 (auto), 1 (AMX "
+                      "required) or 2 (AVX512-BF16 required)",
                       cfg.cpu_amx);
 
   attn_ctx_t ctx = calloc(1, sizeof *ctx);

@@ -19,7 +19,7 @@ attn_ctx_t tc_ctx_amx(int force_scalar, int threads, int cpu_amx) {
   cfg.cpu_amx = cpu_amx;
   attn_ctx_t ctx = NULL;
   attn_status st = attn_ctx_create(&ctx, &cfg);
-  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx == 1) return NULL;
+  if (st == ATTN_ERR_UNSUPPORTED && cpu_amx >= 1) return NULL;
   if (st != ATTN_OK) {
     fprintf(stderr, "attn_ctx_create: %s: %s\n", attn_status_string(st), attn_last_error());
     exit(1);

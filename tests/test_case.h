@@ -72,8 +72,8 @@ int64_t tc_n_lse(const tc_prob *P);
 
 /* Context with num_threads and force_scalar; aborts the test if it cannot be created. */
 attn_ctx_t tc_ctx(int force_scalar, int threads);
-/* The same with cfg.cpu_amx (-1 off, 0 auto, 1 required): NULL when 1 and this CPU or
- * kernel offers no AMX-BF16. */
+/* The same with cfg.cpu_amx (-1 off, 0 auto, 1 AMX required, 2 AVX512-BF16 required):
+ * NULL when the required unit is missing on this CPU (or kernel). */
 attn_ctx_t tc_ctx_amx(int force_scalar, int threads, int cpu_amx);
 
 void tc_init(tc_prob *P, const tc_case *c);

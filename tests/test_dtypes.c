@@ -9,7 +9,7 @@
  *    kernels' arithmetic, in the same order.
  * And: the conversions of special values (NaN, Inf, subnormals, ties, overflow) against
  * the tests' own rounding; mixed dtypes rejected with a message naming the tensor.
- * With the AMX tiles off (cfg.cpu_amx = -1): test_amx judges those.
+ * With the AMX tiles off (cfg.cpu_amx = -1): test_bf16_tiles judges those.
  * Usage: test_dtypes flags|shapes|scalar|block|api (one ctest each). */
 #include <math.h>
 #include <stdlib.h>
@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
   static const tu_part parts[] = {{"flags", flags}, {"shapes", shapes}, {"scalar", scalar},
                                   {"block", block}, {"api", api}};
   /* AMX off: bf16 then runs the float32 arithmetic, which the bitwise pairs pin down (the
-   * AMX tiles are test_amx's) */
+   * AMX tiles are test_bf16_tiles's) */
   ctx = tc_ctx_amx(argc > 1 && !strcmp(argv[1], "scalar"), 2, -1);
   printf("backend %s\n", attn_ctx_backend_name(ctx));
   int rc = tu_run_parts("test_dtypes", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));

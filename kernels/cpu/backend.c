@@ -211,15 +211,22 @@ attn_status attn__cpu_backend(attn_ctx_t ctx, const attn__backend_ops **ops) {
     if (!ctx->cfg.force_scalar)
       attn__log(ATTN_LOG_WARN, "no AVX-512 on this CPU: using the scalar kernels (slow)");
   }
-  if (ctx->cfg.cpu_amx >= 0 && !ctx->cfg.force_scalar && be->ops != &attn__cpu_ops_scalar)
-    be->amx = attn__cpu_amx();
-  if (ctx->cfg.cpu_amx == 1 && !be->amx) {
-    free(be);
-    return attn__fail(ATTN_ERR_UNSUPPORTED, "cfg.cpu_amx=1 (AMX required), but %s",
-                      ctx->cfg.force_scalar ? "force_scalar is set"
-                                            : "this CPU or kernel offers no AMX-BF16");
+  const int amx = ctx->cfg.cpu_amx;
+  if (amx >= 0 && !ctx->cfg.force_scalar && be->ops != &attn__cpu_ops_scalar) {
+    if (amx != 2) be->bf16 = attn__cpu_amx();
+    if (amx != 1 && !be->bf16) be->bf16 = attn__cpu_dpbf16();
   }
-  if (be->amx) attn__log(ATTN_LOG_INFO, "bf16 forward tiles on AMX (cfg.cpu_amx, ATTN_CPU_AMX=-1: off)");
+  if (amx > 0 && !be->bf16) {
+    free(be);
+    return attn__fail(ATTN_ERR_UNSUPPORTED, "cfg.cpu_amx=%d (%s required), but %s", amx,
+                      amx == 1 ? "AMX" : "AVX512-BF16",
+                      ctx->cfg.force_scalar ? "force_scalar is set"
+                      : amx == 1            ? "this CPU or kernel offers no AMX-BF16"
+                                            : "this CPU offers no AVX512-BF16");
+  }
+  if (be->bf16)
+    attn__log(ATTN_LOG_INFO, "bf16 tile products on %s (cfg.cpu_amx, ATTN_CPU_AMX=-1: off)",
+              be->bf16->name);
   be->threads = ctx->cfg.num_threads > 0 ? ctx->cfg.num_threads : omp_get_max_threads();
   ctx->backend_data = be;
   return ATTN_OK;

@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
   const attn__problem *pb;
   const cpu_tile_ops *ops;
-  const cpu_amx_ops *amx; /* the tile products on AMX (bf16), or NULL */
+  const cpu_bf16_ops *bf16; /* the bf16 tile products (AMX or AVX512-BF16), or NULL */
   const cpu_segment *segs;
   int nseg;
   const qtile *tiles;
@@ -133,7 +133,7 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
 
 /* The AMX tiles' operands of head h: Q and dO rows of each query tile as B tiles both
  * ways, lse and delta, and zero dQ accumulators. */
-static void amx_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
+static void bf16_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
   const attn__problem *pb = jb->pb;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   for (int64_t t = 0; t < jb->ntiles; t++) {
@@ -141,10 +141,10 @@ static void amx_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) 
     const uint16_t *q = attn__cpu_row(pb->q, ATTN_BF16, b, qt->r0, h);
     const uint16_t *d = attn__cpu_row(jb->dout, ATTN_BF16, b, qt->r0, h);
     const size_t tq = (size_t)t * CPU_BR * Dqk, tv = (size_t)t * CPU_BR * Dv;
-    jb->amx->pack_lanes(w->qv + tq, q, pb->q.ss, qt->rows, Dqk);
-    jb->amx->pack_pairs(w->qn + tq, q, pb->q.ss, qt->rows, Dqk);
-    jb->amx->pack_lanes(w->dov + tv, d, jb->dout.ss, qt->rows, Dv);
-    jb->amx->pack_pairs(w->don + tv, d, jb->dout.ss, qt->rows, Dv);
+    jb->bf16->pack_lanes(w->qv + tq, q, pb->q.ss, qt->rows, Dqk);
+    jb->bf16->pack_pairs(w->qn + tq, q, pb->q.ss, qt->rows, Dqk);
+    jb->bf16->pack_lanes(w->dov + tv, d, jb->dout.ss, qt->rows, Dv);
+    jb->bf16->pack_pairs(w->don + tv, d, jb->dout.ss, qt->rows, Dv);
     memset(w->dqacc + tq, 0, (size_t)CPU_BR * Dqk * sizeof(float));
     float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
     int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
@@ -164,24 +164,24 @@ static void add_rows(float *dst, int64_t ld, const float *acc, int rows, int D) 
 /* One (query tile, key tile) pair of head h on the AMX tiles: keys [ca, ca + nj) of KV
  * head hk, whose K pairs are in w->kv; dK, dV into w->dkacc, w->dvacc, dQ into w->dqacc.
  * safe: K holds NaN or Inf, so dQ takes the float32 safe product (K rows as float32). */
-static void amx_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int64_t t,
+static void bf16_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int64_t t,
                      int64_t ca, int nj, int safe) {
   const attn__problem *pb = jb->pb;
-  const cpu_amx_ops *amx = jb->amx;
+  const cpu_bf16_ops *bf = jb->bf16;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, lanes = w->ti.lanes;
   const int l32 = (lanes + 31) / 32 * 32, nj16 = (nj + 15) / 16 * 16, nj32 = (nj + 31) / 32 * 32;
   const size_t tq = (size_t)t * CPU_BR * Dqk, tv = (size_t)t * CPU_BR * Dv;
   const uint16_t *k = attn__cpu_row(pb->k, ATTN_BF16, b, ca, hk);
   const uint16_t *v = attn__cpu_row(pb->v, ATTN_BF16, b, ca, hk);
   float *T = pb->softcap > 0.0f ? w->t : NULL;
-  amx->scores(w->s, k, pb->k.ss, nj, w->qv + tq, lanes, Dqk, w->kpad);
-  amx->probs(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->lse2 + t * CPU_BR, T, w->pt);
-  amx->scores(w->dp, v, pb->v.ss, nj, w->dov + tv, lanes, Dv, w->kpad);
-  amx->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale, w->dst, w->ds);
-  amx->gemm(w->dvacc, Dv, w->pt, CPU_BR, w->don + tv, nj16, Dv, l32);  /* dV += P^T dO */
-  amx->gemm(w->dkacc, Dqk, w->dst, CPU_BR, w->qn + tq, nj16, Dqk, l32); /* dK += dS^T Q */
+  bf->scores(w->s, k, pb->k.ss, nj, w->qv + tq, lanes, Dqk, w->kpad);
+  bf->probs(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->lse2 + t * CPU_BR, T, w->pt);
+  bf->scores(w->dp, v, pb->v.ss, nj, w->dov + tv, lanes, Dv, w->kpad);
+  bf->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale, w->dst, w->ds);
+  bf->gemm(w->dvacc, Dv, w->pt, CPU_BR, w->don + tv, nj16, Dv, l32);  /* dV += P^T dO */
+  bf->gemm(w->dkacc, Dqk, w->dst, CPU_BR, w->qn + tq, nj16, Dqk, l32); /* dK += dS^T Q */
   if (!safe) {
-    amx->gemm(w->dqacc + tq, Dqk, w->ds, CPU_BC, w->kv, lanes, Dqk, nj32); /* dQ += dS K */
+    bf->gemm(w->dqacc + tq, Dqk, w->ds, CPU_BC, w->kv, lanes, Dqk, nj32); /* dQ += dS K */
     return;
   }
   int64_t ldk;
@@ -193,13 +193,13 @@ static void amx_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int6
 static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int split) {
   const attn__problem *pb = jb->pb;
   const int64_t G = pb->Hq / pb->Hkv;
-  const cpu_amx_ops *amx = jb->amx;
+  const cpu_bf16_ops *bf = jb->bf16;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   int64_t computed = 0, skipped = 0;
   double flops = 0;
-  if (amx) amx->begin();
+  if (bf) bf->begin();
   for (int64_t h = hk * G; h < (hk + 1) * G; h++) {
-    if (amx) amx_pack_head(jb, b, h, w);
+    if (bf) bf16_pack_head(jb, b, h, w);
     else pack_head(jb, b, h, w);
     for (int s = 0; s < jb->nseg; s++) {
       const cpu_segment *seg = &jb->segs[s];
@@ -210,8 +210,8 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         const int nj = (int)(cb - ca);
         int safe = attn__cpu_tile_nonfinite(jb->kbad, jb->ops, b, hk, kt);
         key_rows kr = {0};
-        if (amx) {
-          amx->pack_pairs(w->kv, attn__cpu_row(pb->k, ATTN_BF16, b, ca, hk), pb->k.ss, nj, Dqk);
+        if (bf) {
+          bf->pack_pairs(w->kv, attn__cpu_row(pb->k, ATTN_BF16, b, ca, hk), pb->k.ss, nj, Dqk);
           const size_t nj16 = (size_t)(nj + 15) / 16 * 16; /* the rows the products write */
           memset(w->dkacc, 0, nj16 * Dqk * sizeof(float));
           memset(w->dvacc, 0, nj16 * Dv * sizeof(float));
@@ -227,12 +227,12 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
             skipped++;
             continue;
           }
-          if (amx) amx_pair(jb, w, b, hk, t, ca, nj, safe);
+          if (bf) bf16_pair(jb, w, b, hk, t, ca, nj, safe);
           else run_pair(jb, w, b, h, hk, t, ca, nj, safe, jb->dq[split], &kr);
           computed++;
           flops += 2.0 * qt->rows * (double)nj * (double)(3 * pb->Dqk + 2 * pb->Dv);
         }
-        if (amx) {
+        if (bf) {
           add_rows(jb->dk.p + b * jb->dk.sb + ca * jb->dk.ss + hk * jb->dk.sh, jb->dk.ss,
                    w->dkacc, nj, Dqk);
           add_rows(jb->dv.p + b * jb->dv.sb + ca * jb->dv.ss + hk * jb->dv.sh, jb->dv.ss,
@@ -240,19 +240,19 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         }
       }
     }
-    if (amx) {
+    if (bf) {
       const attn__view dq = jb->dq[split];
       for (int64_t t = 0; t < jb->ntiles; t++)
         add_rows(dq.p + b * dq.sb + jb->tiles[t].r0 * dq.ss + h * dq.sh, dq.ss,
                  w->dqacc + (size_t)t * CPU_BR * Dqk, jb->tiles[t].rows, Dqk);
     }
   }
-  if (amx) amx->end();
+  if (bf) bf->end();
   attn__cpu_count(jb->ctx, computed, skipped, flops);
 }
 
 /* The AMX path's buffers (one allocation, zeroed). */
-static bwd_work *amx_work_alloc(const attn__problem *pb, int64_t ntiles) {
+static bwd_work *bf16_work_alloc(const attn__problem *pb, int64_t ntiles) {
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   const size_t tile = (size_t)CPU_BC * CPU_BR, Dqk = (size_t)pb->Dqk, Dv = (size_t)pb->Dv;
@@ -288,8 +288,8 @@ static bwd_work *amx_work_alloc(const attn__problem *pb, int64_t ntiles) {
   return w;
 }
 
-static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int amx) {
-  if (amx) return amx_work_alloc(pb, ntiles);
+static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int bf16) {
+  if (bf16) return bf16_work_alloc(pb, ntiles);
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   size_t tile = (size_t)CPU_BC * CPU_BR;
@@ -352,7 +352,7 @@ static attn_status run_units(bwd_job *jb, int threads) {
   int failed = 0;
 #pragma omp parallel num_threads(threads)
   {
-    bwd_work *w = work_alloc(pb, jb->ntiles, jb->amx != NULL);
+    bwd_work *w = work_alloc(pb, jb->ntiles, jb->bf16 != NULL);
     if (!w) {
 #pragma omp atomic write
       failed = 1;
@@ -387,9 +387,9 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
                                 attn__view dq, attn__view dk, attn__view dv) {
   cpu_backend *be = ctx->backend_data;
   /* AMX: bf16 with head dims the tiles take */
-  const cpu_amx_ops *amx = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
-                               ? be->amx : NULL;
-  bwd_job jb = {.pb = pb, .ops = be->ops, .amx = amx, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
+  const cpu_bf16_ops *bf16 = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
+                               ? be->bf16 : NULL;
+  bwd_job jb = {.pb = pb, .ops = be->ops, .bf16 = bf16, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
                 .delta = delta, .lse_rows = lse_rows, .ctx = ctx};
   cpu_segment *segs = NULL;
   qtile *tiles = NULL;

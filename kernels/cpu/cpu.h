@@ -1,6 +1,6 @@
 /* cpu.h — the CPU backend's internals: tile sizes, the per-tile description of masks and
  * score transforms, and the tables of ISA-specific tile primitives (scalar, AVX-512; AMX
- * for the bf16 forward's tile products).
+ * or AVX512-BF16 for the bf16 tile products).
  *
  * Orientation: every score tile is transposed, S^T [keys j][queries i], so that query rows
  * are vector lanes: the online-softmax state (m, l) of a row lives in one lane and every
@@ -102,17 +102,20 @@ extern const cpu_tile_ops attn__cpu_ops_scalar;
 /* NULL when the compiler could not build it. */
 const cpu_tile_ops *attn__cpu_ops_avx512(void);
 
-/* The bf16 tile kernels on AMX (tile_amx.c), forward and backward: the tile products in
- * bf16 with float32 accumulation, P (and dS) rounded to bf16 for their products. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
+/* The bf16 tile kernels, forward and backward: the tile products in bf16 with float32
+ * accumulation, P (and dS) rounded to bf16 for their products. Two tables: AMX tiles
+ * (tile_amx.c) and AVX512-BF16 dot products (tile_dpbf16.c: Zen 4, Cooper Lake), the
+ * same operands and the same roundings. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
  * B tiles), P [CPU_BR][CPU_BC] (lanes' probabilities, bf16), kpad [32][Dqk], vv
  * [CPU_BC/2][Dv][2]; bf16 rows are raw storage (uint16_t), strides in elements. Dqk and Dv
  * are multiples of 32, lanes of 16, nj <= CPU_BC. */
 typedef struct {
+  const char *name;    /* "amx" or "avx512-bf16" */
   void (*begin)(void); /* the tile configuration, in the thread that then calls the rest */
   void (*end)(void);
   /* qv from the lanes' rows q [u][ld] (float32 holding bf16 values); lanes past u 0 */
   void (*pack_q)(uint16_t *qv, const float *q, int64_t ld, int u, int D);
-  /* S^T [nj][CPU_BR] (rows up to nj rounded to 32 written) = K · Q^T, unscaled, for
+  /* S^T [nj][CPU_BR] (rows past nj may be written, up to nj rounded to 32) = K · Q^T, unscaled, for
    * lanes [0, lanes): K rows k (stride ldk) */
   void (*scores)(float *S, const uint16_t *k, int64_t ldk, int nj, const uint16_t *qv,
                  int lanes, int D, uint16_t *kpad);
@@ -143,14 +146,16 @@ typedef struct {
    * multiple of 32, zero past nj). */
   void (*dscores)(float *dP, const float *P, const float *T, int nj, int lanes,
                   const float *delta, float factor, uint16_t *dSt, uint16_t *dS);
-} cpu_amx_ops;
+} cpu_bf16_ops;
 
 /* NULL when the CPU has no AMX-BF16 or the kernel does not grant its tile state. */
-const cpu_amx_ops *attn__cpu_amx(void);
+const cpu_bf16_ops *attn__cpu_amx(void);
+/* NULL when the CPU has no AVX512-BF16. */
+const cpu_bf16_ops *attn__cpu_dpbf16(void);
 
 typedef struct {
   const cpu_tile_ops *ops;
-  const cpu_amx_ops *amx; /* the bf16 tile products, or NULL (cfg.cpu_amx) */
+  const cpu_bf16_ops *bf16; /* the bf16 tile products, or NULL (cfg.cpu_amx) */
   int threads;
 } cpu_backend;
 

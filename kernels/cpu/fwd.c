@@ -26,7 +26,7 @@ typedef struct {
   float *ro;    /* [CPU_BR][Dv] the row kernels' O rows (the state while they run) */
   float *cv;    /* [CPU_BC][max(Dqk, Dv)] rows as float32: the lanes' Q, acc or O rows
                  * ([nh*rows][D]), or a bf16/f16 K or V tile */
-  uint16_t *amx; /* the AMX tiles' bf16 buffers: P [CPU_BR][CPU_BC], kpad [32][Dqk], vv
+  uint16_t *bf; /* the bf16 tiles' bf16 buffers: P [CPU_BR][CPU_BC], kpad [32][Dqk], vv
                   * [CPU_BC/2][Dv][2] (their Q^T, qv [Dqk/2][CPU_BR][2], in qt) */
   float m[CPU_BR], l[CPU_BR], alpha[CPU_BR]; /* log2 units */
   uint8_t elem[CPU_BC * CPU_BR];
@@ -38,7 +38,7 @@ typedef struct {
   const cpu_tile_ops *ops;
   const cpu_segment *segs;
   const cpu_tile_flags *vbad; /* which V tiles hold NaN or Inf */
-  const cpu_amx_ops *amx;     /* the tile kernels' bf16 products on AMX, or NULL */
+  const cpu_bf16_ops *bf16;    /* the tile kernels' bf16 products (AMX or AVX512-BF16), or NULL */
   attn_ctx_t ctx;
 } fwd_job;
 
@@ -91,28 +91,28 @@ static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
 
 /* The AMX tiles' Q^T (from the lanes' rows) and O rows (from w->ot, the state; the
  * padding lanes 0), and the tile configuration of this thread. */
-static void amx_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
+static void bf16_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const int u = it->nh * it->rows, Dv = (int)pb->Dv;
   int64_t ld;
   const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
-  jb->amx->pack_q((uint16_t *)w->qt, q, ld, u, (int)pb->Dqk);
+  jb->bf16->pack_q((uint16_t *)w->qt, q, ld, u, (int)pb->Dqk);
   jb->ops->unpack_t(rows_o(w), Dv, w->ot, u, Dv, NULL);
   memset(rows_o(w) + (size_t)u * Dv, 0, (size_t)(CPU_BR - u) * Dv * sizeof(float));
-  jb->amx->begin();
+  jb->bf16->begin();
 }
 
 /* One key tile [ca, ca + nj) of tile index t on the AMX tiles: state in rows_o. */
-static void amx_tile(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_t hk,
+static void bf16_tile(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_t hk,
                      int64_t t, int64_t ca, int nj) {
   const attn__problem *pb = jb->pb;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
-  uint16_t *P = w->amx, *kpad = P + CPU_BR * CPU_BC, *vv = kpad + 32 * Dqk;
+  uint16_t *P = w->bf, *kpad = P + CPU_BR * CPU_BC, *vv = kpad + 32 * Dqk;
   const uint16_t *k = attn__cpu_row(pb->k, ATTN_BF16, it->b, ca, hk);
   const uint16_t *v = attn__cpu_row(pb->v, ATTN_BF16, it->b, ca, hk);
-  jb->amx->scores(w->s, k, pb->k.ss, nj, (const uint16_t *)w->qt, w->ti.lanes, Dqk, kpad);
-  jb->amx->softmax(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->m, w->l, w->alpha, P);
-  jb->amx->pv(rows_o(w), Dv, P, v, pb->v.ss, nj, w->ti.lanes, w->alpha,
+  jb->bf16->scores(w->s, k, pb->k.ss, nj, (const uint16_t *)w->qt, w->ti.lanes, Dqk, kpad);
+  jb->bf16->softmax(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->m, w->l, w->alpha, P);
+  jb->bf16->pv(rows_o(w), Dv, P, v, pb->v.ss, nj, w->ti.lanes, w->alpha,
               attn__cpu_tile_nonfinite(jb->vbad, jb->ops, it->b, hk, t), vv);
 }
 
@@ -155,13 +155,13 @@ static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int
   const cpu_segment *seg = &jb->segs[it->seg];
   const int64_t G = pb->Hq / pb->Hkv, hk0 = it->h / G;
   const int hg = it->nh < G ? it->nh : (int)G, ng = it->nh / hg, ug = hg * it->rows;
-  const int u = it->nh * it->rows, by_rows = ug <= CPU_ROWS_MAX, by_amx = !by_rows && jb->amx;
+  const int u = it->nh * it->rows, by_rows = ug <= CPU_ROWS_MAX, by_bf16 = !by_rows && jb->bf16;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   int64_t kc0, kc1, computed = 0;
   attn__cpu_key_range(pb, seg, it->r0, it->rows, &kc0, &kc1);
   if (kc0 >= kc1) return 0;
   if (by_rows) rows_begin(jb, it, w);
-  else if (by_amx) amx_begin(jb, it, w);
+  else if (by_bf16) bf16_begin(jb, it, w);
   else pack_qt(jb, it, w);
   const int64_t t0 = kc0 / CPU_BC, nt = (kc1 - 1) / CPU_BC + 1 - t0;
   const int64_t t_end = t0 + nt * (split + 1) / nsplit;
@@ -184,8 +184,8 @@ static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int
       }
       continue;
     }
-    if (by_amx) {
-      amx_tile(jb, it, w, hk0, t, ca, nj);
+    if (by_bf16) {
+      bf16_tile(jb, it, w, hk0, t, ca, nj);
       continue;
     }
     int64_t ld;
@@ -198,8 +198,8 @@ static int64_t run_tiles(const fwd_job *jb, const fwd_item *it, fwd_work *w, int
     ops->gemm(w->ot, CPU_BR, vt, ld, 1, w->s, CPU_BR, Dv, w->ti.lanes, nj, w->alpha,
               CPU_GEMM_SCALE_ADD, attn__cpu_tile_nonfinite(jb->vbad, ops, it->b, hk0, t));
   }
-  if (by_amx) jb->amx->end();
-  if (by_rows || by_amx) ops->pack_t(w->ot, rows_o(w), pb->Dv, u, Dv, 1.0f); /* the state */
+  if (by_bf16) jb->bf16->end();
+  if (by_rows || by_bf16) ops->pack_t(w->ot, rows_o(w), pb->Dv, u, Dv, 1.0f); /* the state */
   return computed;
 }
 
@@ -319,8 +319,8 @@ static void work_key_init(void) { work_key_ok = pthread_key_create(&work_key, wo
 static fwd_work *work_get(const attn__problem *pb) {
   size_t qt = (size_t)pb->Dqk * CPU_BR, ot = (size_t)pb->Dv * CPU_BR;
   size_t cv = (size_t)CPU_BC * (size_t)(pb->Dqk > pb->Dv ? pb->Dqk : pb->Dv);
-  size_t amx = ((size_t)CPU_BR * CPU_BC + 32 * (size_t)pb->Dqk + (size_t)CPU_BC * pb->Dv) / 2;
-  size_t floats = qt + (size_t)CPU_BC * CPU_BR + 2 * ot + cv + amx;
+  size_t bfb = ((size_t)CPU_BR * CPU_BC + 32 * (size_t)pb->Dqk + (size_t)CPU_BC * pb->Dv) / 2;
+  size_t floats = qt + (size_t)CPU_BC * CPU_BR + 2 * ot + cv + bfb;
   pthread_once(&work_once, work_key_init);
   if (!work_key_ok) return NULL;
   cached_work *c = pthread_getspecific(work_key);
@@ -345,7 +345,7 @@ static fwd_work *work_get(const attn__problem *pb) {
   w->ot = w->s + (size_t)CPU_BC * CPU_BR;
   w->ro = w->ot + ot;
   w->cv = w->ro + ot;
-  w->amx = (uint16_t *)(w->cv + cv);
+  w->bf = (uint16_t *)(w->cv + cv);
   return w;
 }
 
@@ -468,9 +468,9 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   attn_status status = make_items(pb, segs, nseg, &items, &nitems);
   cpu_tile_flags vbad = {0};
   /* AMX: bf16, and head dims in whole 32-element tile rows */
-  const cpu_amx_ops *amx = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
-                               ? be->amx : NULL;
-  fwd_job jb = {pb, be->ops, segs, &vbad, amx, ctx};
+  const cpu_bf16_ops *bf16 = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
+                               ? be->bf16 : NULL;
+  fwd_job jb = {pb, be->ops, segs, &vbad, bf16, ctx};
   if (status == ATTN_OK)
     status = attn__cpu_flags_init(&vbad, pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv);
   const int nsplit = choose_splits(pb, nitems, be->threads);

@@ -1,12 +1,14 @@
-/* test_amx.c — the CPU bf16 forward and backward on AMX tiles (cfg.cpu_amx): products in
+/* test_bf16_tiles.c — the CPU bf16 forward and backward on bf16 product units (cfg.cpu_amx:
+ * AMX tiles, or AVX512-BF16 dot products): products in
  * bf16 with float32 accumulation, P and dS rounded to bf16, so they are judged as the GPU
  * kernels are, by FlashAttention's rule against a naive bf16 kernel (tests/naive_ref.c):
  * O, LSE, dQ, dK and dV error vs the float64 oracle at most 2x the naive kernel's. Each
- * case also runs with AMX off: the two must differ somewhere (the tiles ran) unless the
- * case never reaches them (row kernels, odd head dims), and a second AMX run must repeat
+ * case also runs with the tiles off: the two must differ somewhere (the tiles ran) unless the
+ * case never reaches them (row kernels, odd head dims), and a second bf16-tile run must repeat
  * the bits. Every mask flag on and off, shapes around the tiles, head dims, packed GQA
  * tiles, NaN/Inf in unseen K/V (forward and backward), the block API.
- * Exit 77 (skipped) without AMX-BF16. Usage: test_amx flags|shapes|unseen|block. */
+ * Exit 77 (skipped) when the CPU lacks the unit. Usage: test_bf16_tiles UNIT_PART, UNIT amx
+ * or dp (AVX512-BF16), PART flags|shapes|unseen|block. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "naive_ref.h"
 #include "test_case.h"
 
-static attn_ctx_t amx, exact;
+static attn_ctx_t unit_ctx, exact;
 static uint64_t next_seed = 31000;
 
 static int64_t bits_differ(const float *a, const float *b, int64_t n) {
@@ -59,7 +61,7 @@ static int judge(tc_prob *P, const tc_out *out, const char *desc) {
  * gradient (dsinks too) by the bf16 tolerances of the CPU tests; 1 on pass. */
 static int judge_grads(tc_prob *P, const tc_out *out, const char *desc) {
   const int before = tu_failures;
-  if (!tc_check_grads(P, out, "AMX backward")) return 0;
+  if (!tc_check_grads(P, out, "bf16-tile backward")) return 0;
   naive_out n = naive_of(P, 1);
   const double noise = naive_grad_noise(P->Sq, P->Skv, P->Dqk, P->Dv, scale_of(P), P->c.amp);
   const int64_t q4[4] = {P->B, P->Sq, P->Hq, P->Dqk}, k4[4] = {P->B, P->Skv, P->Hkv, P->Dqk};
@@ -77,27 +79,27 @@ static int64_t grads_differ(const tc_prob *P, const tc_out *a, const tc_out *b) 
          bits_differ(a->dv, b->dv, tc_n_v(P));
 }
 
-/* The AMX backward by the 2x rule, repeatable, and not the exact path's bits where the
+/* The bf16-tile backward by the 2x rule, repeatable, and not the exact path's bits where the
  * head dims take the tiles (every bf16 tile does, short ones too). */
 static void run_bwd(tc_prob *P, const char *desc) {
   tc_out b, again, e;
-  tc_lib(amx, P, &b, 1);
+  tc_lib(unit_ctx, P, &b, 1);
   if (judge_grads(P, &b, desc)) {
-    tc_lib(amx, P, &again, 1);
+    tc_lib(unit_ctx, P, &again, 1);
     const int64_t rep = grads_differ(P, &b, &again);
-    TU_CHECK(rep == 0, "a second AMX backward differs in %lld elements in %s", (long long)rep, desc);
+    TU_CHECK(rep == 0, "a second bf16-tile backward differs in %lld elements in %s", (long long)rep, desc);
     tc_out_free(&again);
     tc_lib(exact, P, &e, 1);
     const int tiles = P->Dqk % 32 == 0 && P->Dv % 32 == 0;
     const int64_t diff = grads_differ(P, &b, &e);
-    TU_CHECK(!tiles || diff > 0, "AMX and exact gradients are bitwise equal in %s: the tiles "
+    TU_CHECK(!tiles || diff > 0, "bf16-tile and exact gradients are bitwise equal in %s: the tiles "
              "did not run", desc);
     tc_out_free(&e);
   }
   tc_out_free(&b);
 }
 
-/* AMX forward by the 2x rule, repeatable, and not the exact path's bits where the case
+/* The bf16-tile forward by the 2x rule, repeatable, and not the exact path's bits where the case
  * has tiles of more than 16 lanes (tiles: 0 when it may take the row kernels only); with
  * c.bwd, the backward (run_bwd). */
 static void run(tc_case c, int tiles) {
@@ -107,16 +109,16 @@ static void run(tc_case c, int tiles) {
   tc_prob P;
   tc_out a, again, e;
   tc_init(&P, &c);
-  tc_lib(amx, &P, &a, 0);
-  TU_CHECK(a.fwd_status == ATTN_OK, "AMX forward: %s in %s", attn_last_error(), desc);
+  tc_lib(unit_ctx, &P, &a, 0);
+  TU_CHECK(a.fwd_status == ATTN_OK, "bf16-tile forward: %s in %s", attn_last_error(), desc);
   if (a.fwd_status == ATTN_OK && judge(&P, &a, desc)) {
-    tc_lib(amx, &P, &again, 0);
+    tc_lib(unit_ctx, &P, &again, 0);
     int64_t rep = bits_differ(a.o, again.o, tc_n_o(&P)) + bits_differ(a.lse, again.lse, tc_n_lse(&P));
-    TU_CHECK(rep == 0, "a second AMX run differs in %lld elements in %s", (long long)rep, desc);
+    TU_CHECK(rep == 0, "a second bf16-tile run differs in %lld elements in %s", (long long)rep, desc);
     tc_out_free(&again);
     tc_lib(exact, &P, &e, 0);
     int64_t diff = bits_differ(a.o, e.o, tc_n_o(&P)) + bits_differ(a.lse, e.lse, tc_n_lse(&P));
-    TU_CHECK(!tiles || diff > 0, "AMX and exact results are bitwise equal in %s: the tiles "
+    TU_CHECK(!tiles || diff > 0, "bf16-tile and exact results are bitwise equal in %s: the tiles "
              "did not run", desc);
     tc_out_free(&e);
     if (c.bwd) run_bwd(&P, desc);
@@ -198,15 +200,15 @@ static void unseen(void) {
     tc_describe(&c, desc, sizeof desc);
     TU_CHECK(planted == 3 * BK * P.Hkv, "planted %lld values in %s", (long long)planted, desc);
     tc_out a;
-    tc_lib(amx, &P, &a, 0);
-    TU_CHECK(a.fwd_status == ATTN_OK, "AMX forward: %s in %s", attn_last_error(), desc);
+    tc_lib(unit_ctx, &P, &a, 0);
+    TU_CHECK(a.fwd_status == ATTN_OK, "bf16-tile forward: %s in %s", attn_last_error(), desc);
     if (a.fwd_status == ATTN_OK && judge(&P, &a, desc)) run_bwd(&P, desc);
     tc_out_free(&a);
     tc_free(&P);
   }
 }
 
-/* The block API: keys in 3 blocks folded into a float32 state on the AMX tiles, then
+/* The block API: keys in 3 blocks folded into a float32 state on the bf16 tiles, then
  * finalize; against the oracle by the 2x rule. */
 static void block(void) {
   for (int causal = 0; causal < 2; causal++) {
@@ -218,14 +220,14 @@ static void block(void) {
     tc_prob P;
     tc_init(&P, &c);
     static const int64_t cuts[] = {0, 70, 171, 300};
-    attn_state st = tc_fwd_blocks(amx, &P, cuts, 3);
+    attn_state st = tc_fwd_blocks(unit_ctx, &P, cuts, 3);
     tc_out out = {0};
     out.o = tu_falloc(tc_n_o(&P));
     out.lse = tu_falloc(tc_n_lse(&P));
     uint16_t *ob = tu_alloc((size_t)tc_n_o(&P) * 2);
     memset(ob, 0xFF, (size_t)tc_n_o(&P) * 2);
     attn_tensor to = attn_tensor_contig(ob, ATTN_BF16, ATTN_DEVICE_HOST, P.B, P.Sq, P.Hq, P.Dv);
-    TU_CHECK(attn_state_finalize(amx, &P.spec, &st, &to, out.lse) == ATTN_OK, "finalize: %s",
+    TU_CHECK(attn_state_finalize(unit_ctx, &P.spec, &st, &to, out.lse) == ATTN_OK, "finalize: %s",
              attn_last_error());
     for (int64_t i = 0; i < tc_n_o(&P); i++) out.o[i] = tu_from_bits(ob[i], ATTN_BF16);
     judge(&P, &out, desc);
@@ -242,14 +244,23 @@ static void block(void) {
 int main(int argc, char **argv) {
   static const tu_part parts[] = {
       {"flags", flags}, {"shapes", shapes}, {"unseen", unseen}, {"block", block}};
-  amx = tc_ctx_amx(0, 2, 1);
-  if (!amx) {
-    printf("SKIP: no AMX-BF16 on this CPU (or the kernel does not grant it)\n");
+  const char *arg = argc > 1 ? argv[1] : "dp_flags";
+  const int unit = !strncmp(arg, "amx_", 4) ? 1 : !strncmp(arg, "dp_", 3) ? 2 : 0;
+  if (!unit) {
+    fprintf(stderr, "test_bf16_tiles: %s: want amx_PART or dp_PART\n", arg);
+    return 2;
+  }
+  unit_ctx = tc_ctx_amx(0, 2, unit);
+  if (!unit_ctx) {
+    printf("SKIP: no %s on this CPU (or the kernel does not grant it)\n",
+           unit == 1 ? "AMX-BF16" : "AVX512-BF16");
     return 77;
   }
   exact = tc_ctx_amx(0, 2, -1);
-  int rc = tu_run_parts("test_amx", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));
-  attn_ctx_destroy(amx);
+  char *av[2] = {argv[0], (char *)strchr(arg, '_') + 1};
+  int rc = tu_run_parts(unit == 1 ? "test_bf16_tiles amx" : "test_bf16_tiles avx512-bf16", 2, av,
+                        parts, (int)(sizeof parts / sizeof parts[0]));
+  attn_ctx_destroy(unit_ctx);
   attn_ctx_destroy(exact);
   return rc;
 }

@@ -1,0 +1,195 @@
+/* tile_bf16.c — the AVX-512 half of the bf16 tile products, shared by the AMX tiles
+ * (tile_amx.c) and the AVX512-BF16 dot products (tile_dpbf16.c): operand packing (bf16
+ * pairs as B tiles), the online softmax writing P in bf16, the backward's P and dS, and
+ * the safe P·V of a V tile that holds NaN or Inf. Compiled with -mavx512bf16 (for
+ * vcvtneps2bf16) in this unit only; called only where CPUID says AVX512-BF16. */
+#include "bf16_tiles.h"
+
+#include <string.h>
+
+/* float32 → bf16 bits, nearest even (NaN stays NaN). */
+static inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void attn__bf16_pack_q(uint16_t *qv, const float *q, int64_t ld, int u, int D) {
+  for (int d = 0; d < D; d += 2)
+    for (int i = 0; i < CPU_BR; i++) {
+      uint16_t *p = qv + (size_t)(d / 2) * CPU_BR * 2 + (size_t)i * 2; /* pair d/2, lane i */
+      p[0] = i < u ? bf16_bits(q[i * ld + d]) : 0;
+      p[1] = i < u ? bf16_bits(q[i * ld + d + 1]) : 0;
+    }
+}
+
+void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale, float *m,
+                        float *l, float *alpha, uint16_t *P) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(sscale);
+  const int nj32 = (nj + 31) / 32 * 32;
+  for (int i0 = 0; i0 < ti->lanes; i0 += 16) {
+    __m512 mold = _mm512_loadu_ps(m + i0), mx = mold;
+    for (int j = 0; j < nj; j++) {
+      float *row = S + j * CPU_BR + i0;
+      __m512 x = transform16(_mm512_mul_ps(_mm512_loadu_ps(row), sc), j, i0, ti, NULL);
+      _mm512_storeu_ps(row, x);
+      mx = _mm512_max_ps(mx, x);
+    }
+    __m512 mu = _mm512_mask_mov_ps(mx, _mm512_cmpeq_ps_mask(mx, ninf), _mm512_setzero_ps());
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    for (int jb = 0; jb < nj32; jb += 16) {
+      __m512 p[16];
+      for (int r = 0; r < 16; r++) {
+        p[r] = jb + r < nj ? exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(S + (jb + r) * CPU_BR + i0), mu))
+                           : _mm512_setzero_ps();
+        if (r & 1) s1 = _mm512_add_ps(s1, p[r]);
+        else s0 = _mm512_add_ps(s0, p[r]);
+      }
+      transpose16(p); /* p[c]: lane i0 + c, keys jb .. jb + 15 */
+      for (int c = 0; c < 16; c++)
+        _mm256_storeu_si256((__m256i *)(P + (size_t)(i0 + c) * CPU_BC + jb),
+                            (__m256i)_mm512_cvtneps_pbh(p[c]));
+    }
+    __m512 a = exp2_ps(_mm512_sub_ps(mold, mu));
+    _mm512_storeu_ps(alpha + i0, a);
+    _mm512_storeu_ps(l + i0, _mm512_fmadd_ps(_mm512_loadu_ps(l + i0), a, _mm512_add_ps(s0, s1)));
+    _mm512_storeu_ps(m + i0, mx);
+  }
+}
+
+/* Row pairs as B tiles: dst [n32/2][D][2] = src rows [n][D] (stride ld), zero rows from n
+ * up to n32 (n rounded up to 32). */
+void attn__bf16_pack_pairs(uint16_t *dst, const uint16_t *src, int64_t ld, int n, int D) {
+  const int n32 = (n + 31) / 32 * 32;
+  __m512i lo_idx, hi_idx;
+  uint16_t il[32], ih[32];
+  for (int t = 0; t < 16; t++) {
+    il[2 * t] = (uint16_t)t, il[2 * t + 1] = (uint16_t)(32 + t);
+    ih[2 * t] = (uint16_t)(16 + t), ih[2 * t + 1] = (uint16_t)(48 + t);
+  }
+  lo_idx = _mm512_loadu_si512(il);
+  hi_idx = _mm512_loadu_si512(ih);
+  for (int j = 0; j < n32; j += 2) {
+    const uint16_t *a = src + j * ld, *b = a + ld;
+    uint16_t *o = dst + (size_t)(j / 2) * D * 2;
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      __m512i x = j < n ? _mm512_loadu_si512(a + d0) : _mm512_setzero_si512();
+      __m512i y = j + 1 < n ? _mm512_loadu_si512(b + d0) : _mm512_setzero_si512();
+      _mm512_storeu_si512(o + 2 * d0, _mm512_permutex2var_epi16(x, lo_idx, y));
+      _mm512_storeu_si512(o + 2 * d0 + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
+    }
+  }
+}
+
+/* Lanes as B tiles: dst [D/2][CPU_BR][2] (pair d/2, lane i) = src rows [rows][D] (stride
+ * ld), lanes from rows up to a multiple of 32 zero. A bf16 pair is one 32-bit word, so
+ * this is a 16 x 16 transpose of words. */
+void attn__bf16_pack_lanes(uint16_t *dst, const uint16_t *src, int64_t ld, int rows, int D) {
+  const int l32 = (rows + 31) / 32 * 32;
+  for (int i0 = 0; i0 < l32; i0 += 16)
+    for (int w0 = 0; w0 < D / 2; w0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i0 + i < rows ? _mm512_castsi512_ps(_mm512_loadu_si512(src + (i0 + i) * ld + 2 * w0))
+                             : _mm512_setzero_ps();
+      transpose16(r);
+      for (int w = 0; w < 16; w++) _mm512_storeu_ps(dst + ((size_t)(w0 + w) * CPU_BR + i0) * 2, r[w]);
+    }
+}
+
+/* The safe P·V of a V tile that holds NaN or Inf: a zero probability adds nothing. */
+static void pv_safe(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
+                    int lanes) {
+  for (int i = 0; i < lanes; i++)
+    for (int j = 0; j < nj; j++) {
+      uint32_t pb = (uint32_t)P[(size_t)i * CPU_BC + j] << 16;
+      float p;
+      memcpy(&p, &pb, 4);
+      if (p == 0.0f) continue;
+      const __m512 pp = _mm512_set1_ps(p);
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        __m512 x = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + j * ldv + d0))), 16));
+        _mm512_storeu_ps(O + (size_t)i * D + d0,
+                         _mm512_fmadd_ps(pp, x, _mm512_loadu_ps(O + (size_t)i * D + d0)));
+      }
+    }
+}
+
+void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
+                   int lanes, const float *alpha, int safe, uint16_t *vv, attn__bf16_gemm_fn gemm) {
+  for (int i = 0; i < lanes; i++) {
+    if (alpha[i] == 1.0f) continue;
+    const __m512 a = _mm512_set1_ps(alpha[i]);
+    for (int d0 = 0; d0 < D; d0 += 16)
+      _mm512_storeu_ps(O + (size_t)i * D + d0, _mm512_mul_ps(a, _mm512_loadu_ps(O + (size_t)i * D + d0)));
+  }
+  if (safe) {
+    pv_safe(O, D, P, v, ldv, nj, lanes);
+    return;
+  }
+  attn__bf16_pack_pairs(vv, v, ldv, nj, D);
+  gemm(O, D, P, CPU_BC, vv, lanes, D, (nj + 31) / 32 * 32);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+static inline void store_bf16(uint16_t *dst, __m512 x) {
+  _mm256_storeu_si256((__m256i *)dst, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
+                      const float *lse2, float *T, uint16_t *Pt) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), pinf = _mm512_set1_ps(INFINITY);
+  const __m512 sc = _mm512_set1_ps(sscale);
+  const int lanes = ti->lanes, pad = (lanes + 31) / 32 * 32 > lanes;
+  for (int j = 0; j < nj; j++) {
+    for (int i0 = 0; i0 < lanes; i0 += 16) {
+      float *row = S + j * CPU_BR + i0;
+      __m512 t = _mm512_setzero_ps();
+      __m512 x = transform16(_mm512_mul_ps(_mm512_loadu_ps(row), sc), j, i0, ti, &t);
+      if (T) _mm512_storeu_ps(T + j * CPU_BR + i0, t);
+      const __m512 l2 = _mm512_loadu_ps(lse2 + i0);
+      __m512 p = exp2_ps(_mm512_sub_ps(x, l2));
+      /* masked keys, and unused lanes (lse2 +inf; their scores may be NaN from NaN K) */
+      p = _mm512_mask_mov_ps(p, _mm512_cmpeq_ps_mask(x, ninf) | _mm512_cmpeq_ps_mask(l2, pinf),
+                             _mm512_setzero_ps());
+      _mm512_storeu_ps(row, p);
+      store_bf16(Pt + j * CPU_BR + i0, p);
+    }
+    if (pad) store_bf16(Pt + j * CPU_BR + lanes, _mm512_setzero_ps());
+  }
+}
+
+void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
+                        const float *delta, float factor, uint16_t *dSt, uint16_t *dS) {
+  const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps();
+  const int nj32 = (nj + 31) / 32 * 32;
+  for (int i0 = 0; i0 < lanes; i0 += 16) {
+    const __m512 dl = _mm512_loadu_ps(delta + i0);
+    for (int jb = 0; jb < nj32; jb += 16) {
+      __m512 r[16];
+      for (int c = 0; c < 16; c++) {
+        const int j = jb + c, e = j * CPU_BR + i0;
+        if (j >= nj) {
+          r[c] = z;
+          continue;
+        }
+        __m512 p = _mm512_loadu_ps(P + e);
+        __m512 ds = _mm512_mul_ps(_mm512_mul_ps(f, p), _mm512_sub_ps(_mm512_loadu_ps(dP + e), dl));
+        if (T) {
+          __m512 t = _mm512_loadu_ps(T + e);
+          ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
+        }
+        ds = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
+        _mm512_storeu_ps(dP + e, ds);
+        store_bf16(dSt + j * CPU_BR + i0, ds);
+        r[c] = ds;
+      }
+      transpose16(r); /* r[c]: lane i0 + c, keys jb .. jb + 15 */
+      for (int c = 0; c < 16; c++) store_bf16(dS + (size_t)(i0 + c) * CPU_BC + jb, r[c]);
+    }
+  }
+  if ((lanes + 31) / 32 * 32 > lanes)
+    for (int j = 0; j < nj; j++) store_bf16(dSt + j * CPU_BR + lanes, z);
+}
