@@ -437,13 +437,17 @@ static void bench_config(attn_ctx_t ctx, int64_t n, int64_t d, int causal, const
 /* Inputs rounded to bf16 first, so all runs take the same values (bf16 values are f16
  * values too, but for the few below f16's normal range, |x| < 6e-5, which lose bits under
  * 2^-25). err: O against the float64 oracle, within its rounding on output. f32, bf16 and
- * f16 run on ctx (float32 arithmetic: the AMX tiles off); the fourth column is bf16 on the
- * AMX tiles (amx, NULL: none on this CPU), whose P (and dS) are rounded to bf16 as well. */
-enum { DT_AMX = 3, DT_COLS = 4 };
-static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t amx, int64_t n, int64_t d, int causal,
+ * f16 run on ctx (float32 arithmetic: the bf16 tiles off); the last two columns are bf16
+ * on the bf16 tile products, AMX (units[0]) and AVX512-BF16 (units[1]; NULL: not on this
+ * CPU), whose P (and dS) are rounded to bf16 as well. */
+enum { DT_AMX = 3, DT_DP = 4, DT_COLS = 5 };
+static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t units[2], int64_t n, int64_t d, int causal,
                          const options *o) {
-  static const double tol[DT_COLS][2] = {
-      {2e-5, 2e-4}, {2e-5 + 0x1p-8, 4e-2}, {2e-5 + 0x1p-11, 8e-3}, {2e-5 + 0x1p-7, 4e-2}};
+  static const double tol[DT_COLS][2] = {{2e-5, 2e-4},
+                                         {2e-5 + 0x1p-8, 4e-2},
+                                         {2e-5 + 0x1p-11, 8e-3},
+                                         {2e-5 + 0x1p-7, 4e-2},
+                                         {2e-5 + 0x1p-7, 4e-2}};
   int64_t h = o->heads, count = n * h * d;
   bench_problem p = {n, h, d, causal, alloc_f32(count), alloc_f32(count), alloc_f32(count),
                      alloc_f32(count), alloc_f32(count), alloc_f32(count), alloc_f32(count),
@@ -463,12 +467,12 @@ static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t amx, int64_t n, int64_t d, i
   a.spec.head_dim_qk = a.spec.head_dim_v = (int32_t)d;
   a.spec.causal = causal;
   const double flops[2] = {attn_flops_fwd(&a.spec, 1, n, n), 2.5 * attn_flops_fwd(&a.spec, 1, n, n)};
-  static const char *names[DT_COLS] = {"f32", "bf16", "f16", "bf16-amx"};
+  static const char *names[DT_COLS] = {"f32", "bf16", "f16", "bf16-amx", "bf16-dp"};
   result r[DT_COLS][2];
-  const int cols = amx ? DT_COLS : DT_AMX;
-  for (int dt = ATTN_F32; dt < cols; dt++) {
-    a.ctx = dt == DT_AMX ? amx : ctx;
-    a.dtype = dt == DT_AMX ? ATTN_BF16 : (attn_dtype)dt;
+  for (int dt = ATTN_F32; dt < DT_COLS; dt++) {
+    if (dt >= DT_AMX && !units[dt - DT_AMX]) continue;
+    a.ctx = dt >= DT_AMX ? units[dt - DT_AMX] : ctx;
+    a.dtype = dt >= DT_AMX ? ATTN_BF16 : (attn_dtype)dt;
     for (int i = 0; i < 4 && dt != ATTN_F32; i++)
       for (int64_t x = 0; x < count; x++) a.lp[i][x] = bench_half_bits(in[i][x], a.dtype);
     for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
@@ -480,7 +484,8 @@ static void bench_dtypes(attn_ctx_t ctx, attn_ctx_t amx, int64_t n, int64_t d, i
   for (int dir = DIR_FWD; dir <= DIR_BWD; dir++) {
     printf("%5s %2lld %4lld %-3s %-3s|", fmt_size(n, nb), (long long)h, (long long)d,
            causal ? "yes" : "no", dir == DIR_FWD ? "fwd" : "bwd");
-    for (int dt = ATTN_F32; dt < cols; dt++) {
+    for (int dt = ATTN_F32; dt < DT_COLS; dt++) {
+      if (dt >= DT_AMX && !units[dt - DT_AMX]) continue;
       const result *x = &r[dt][dir];
       int bad = !(x->err <= tol[dt][dir]);
       g_failed |= bad;
@@ -515,7 +520,7 @@ static int64_t vm_hwm_bytes(void) {
   return kb < 0 ? -1 : kb * 1024;
 }
 
-/* cpu_amx: cfg.cpu_amx (1: required, then NULL without AMX). */
+/* cpu_amx: cfg.cpu_amx (1: AMX, 2: AVX512-BF16 required, then NULL without it). */
 static attn_ctx_t make_ctx_amx(int threads, int cpu_amx) {
   attn_ctx_config cfg = ATTN_CTX_CONFIG_INIT;
   cfg.backend = ATTN_BACKEND_CPU;
@@ -661,22 +666,26 @@ int main(int argc, char **argv) {
       for (int c = 0; c < o.ncausal; c++)
         bench_config(ctx, o.seqs[i], o.dims[j], (int)o.causals[c], &o, &misses);
   if (o.dtype_seq > 0) {
-    attn_ctx_t exact = make_ctx_amx(o.threads, -1), amx = make_ctx_amx(o.threads, 1);
+    attn_ctx_t exact = make_ctx_amx(o.threads, -1);
+    attn_ctx_t units[2] = {make_ctx_amx(o.threads, 1), make_ctx_amx(o.threads, 2)};
     printf("\nStorage dtypes, attnrun, B=1, Hq=Hkv=H: the same inputs (rounded to bf16) as float32, "
            "bf16 and f16 tensors, in one run;\n  per dtype: median ms, GFLOP/s, speed over "
            "float32 (its time / this one), err (fwd O; bwd dQ, dK, dV, float32 outputs).\n"
-           "  f32, bf16, f16: float32 arithmetic (cfg.cpu_amx = -1); bf16-amx: the tile "
-           "products on AMX, forward and backward (P and dS in bf16)%s.\n",
-           amx ? "" : " - not on this CPU");
-    printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%s\n",
+           "  f32, bf16, f16: float32 arithmetic (cfg.cpu_amx = -1); bf16-amx, bf16-dp: the tile "
+           "products on AMX%s, on AVX512-BF16 dot products%s, forward and backward (P and dS in "
+           "bf16).\n",
+           units[0] ? "" : " (not on this CPU)", units[1] ? "" : " (not on this CPU)");
+    printf("%5s %2s %4s %-3s %-3s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%10s %8s %6s %-9s|%s%s\n",
            "N", "H", "d", "cau", "dir", "f32 ms", "GFLOP/s", "x f32", "err", "bf16 ms",
            "GFLOP/s", "x f32", "err", "f16 ms", "GFLOP/s", "x f32", "err",
-           amx ? "  amx ms  GFLOP/s  x f32 err      |" : "");
+           units[0] ? "  amx ms  GFLOP/s  x f32 err      |" : "",
+           units[1] ? "   dp ms  GFLOP/s  x f32 err      |" : "");
     for (int j = 0; j < o.ndim; j++)
       for (int c = 0; c < o.ncausal; c++)
-        bench_dtypes(exact, amx, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
+        bench_dtypes(exact, units, o.dtype_seq, o.dims[j], (int)o.causals[c], &o);
     attn_ctx_destroy(exact);
-    attn_ctx_destroy(amx);
+    attn_ctx_destroy(units[0]);
+    attn_ctx_destroy(units[1]);
   }
   if (o.decode_kv > 0) {
     g_failed |= bench_decode(ctx, o.decode_kv, o.threads, o.budget_s, o.min_reps, g_json,

@@ -24,32 +24,81 @@ void attn__bf16_pack_q(uint16_t *qv, const float *q, int64_t ld, int u, int D) {
     }
 }
 
+/* 2^x for x <= 0 (or NaN), to P's needs: degree-5 polynomial on [-0.5, 0.5], 1.9e-7
+ * relative (a least-squares fit weighted to minimax), no upper clamp. -inf → 0. */
+static inline __m512 exp2_neg_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x); /* NaN in x survives (second operand) */
+  __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.3264718e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715130e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507340e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/* Keys jb .. jb + 31 of 16 lanes from i0: p[r] holds key jb + r's probabilities (float32),
+ * P rows (lane i0 + c) get them as bf16. A pair of keys becomes one 32-bit word per lane
+ * (vcvtne2ps2bf16, then interleaved), so the transpose is one 16 x 16 of words. */
+static inline void store_p32(uint16_t *P, int i0, int jb, const __m512 p[32],
+                             __m512i pair_idx) {
+  __m512 w[16];
+  for (int t = 0; t < 16; t++)
+    w[t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(
+        pair_idx, (__m512i)_mm512_cvtne2ps_pbh(p[2 * t + 1], p[2 * t])));
+  transpose16(w); /* w[c]: lane i0 + c, key pairs jb/2 .. jb/2 + 15 */
+  for (int c = 0; c < 16; c++) _mm512_storeu_ps(P + (size_t)(i0 + c) * CPU_BC + jb, w[c]);
+}
+
 void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale, float *m,
                         float *l, float *alpha, uint16_t *P) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(sscale);
-  const int nj32 = (nj + 31) / 32 * 32;
+  /* no transform: the scores are not stored back, x = S * sscale is formed where used */
+  const int plain = ti->softcap2 <= 0.0f && !ti->alibi && !ti->partial && sscale > 0.0f;
+  uint16_t ix[32];
+  for (int t = 0; t < 16; t++) ix[2 * t] = (uint16_t)t, ix[2 * t + 1] = (uint16_t)(16 + t);
+  const __m512i pair_idx = _mm512_loadu_si512(ix);
   for (int i0 = 0; i0 < ti->lanes; i0 += 16) {
     __m512 mold = _mm512_loadu_ps(m + i0), mx = mold;
-    for (int j = 0; j < nj; j++) {
-      float *row = S + j * CPU_BR + i0;
-      __m512 x = transform16(_mm512_mul_ps(_mm512_loadu_ps(row), sc), j, i0, ti, NULL);
-      _mm512_storeu_ps(row, x);
-      mx = _mm512_max_ps(mx, x);
+    if (plain) {
+      __m512 r0 = ninf, r1 = ninf;
+      int j = 0;
+      for (; j + 1 < nj; j += 2) {
+        r0 = _mm512_max_ps(r0, _mm512_loadu_ps(S + j * CPU_BR + i0));
+        r1 = _mm512_max_ps(r1, _mm512_loadu_ps(S + (j + 1) * CPU_BR + i0));
+      }
+      if (j < nj) r0 = _mm512_max_ps(r0, _mm512_loadu_ps(S + j * CPU_BR + i0));
+      mx = _mm512_max_ps(mx, _mm512_mul_ps(_mm512_max_ps(r0, r1), sc)); /* sscale > 0 */
+    } else {
+      for (int j = 0; j < nj; j++) {
+        float *row = S + j * CPU_BR + i0;
+        __m512 x = transform16(_mm512_mul_ps(_mm512_loadu_ps(row), sc), j, i0, ti, NULL);
+        _mm512_storeu_ps(row, x);
+        mx = _mm512_max_ps(mx, x);
+      }
     }
     __m512 mu = _mm512_mask_mov_ps(mx, _mm512_cmpeq_ps_mask(mx, ninf), _mm512_setzero_ps());
+    const __m512 xs = plain ? sc : _mm512_set1_ps(1.0f);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    for (int jb = 0; jb < nj32; jb += 16) {
-      __m512 p[16];
-      for (int r = 0; r < 16; r++) {
-        p[r] = jb + r < nj ? exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(S + (jb + r) * CPU_BR + i0), mu))
-                           : _mm512_setzero_ps();
-        if (r & 1) s1 = _mm512_add_ps(s1, p[r]);
-        else s0 = _mm512_add_ps(s0, p[r]);
+    for (int jb = 0; jb < nj; jb += 32) {
+      __m512 p[32];
+      if (nj - jb >= 32) {
+        for (int r = 0; r < 32; r++) {
+          p[r] = exp2_neg_ps(_mm512_fmsub_ps(_mm512_loadu_ps(S + (jb + r) * CPU_BR + i0), xs, mu));
+          if (r & 1) s1 = _mm512_add_ps(s1, p[r]);
+          else s0 = _mm512_add_ps(s0, p[r]);
+        }
+      } else {
+        for (int r = 0; r < 32; r++) {
+          p[r] = jb + r < nj ? exp2_neg_ps(_mm512_fmsub_ps(
+                                   _mm512_loadu_ps(S + (jb + r) * CPU_BR + i0), xs, mu))
+                             : _mm512_setzero_ps();
+          s0 = _mm512_add_ps(s0, p[r]);
+        }
       }
-      transpose16(p); /* p[c]: lane i0 + c, keys jb .. jb + 15 */
-      for (int c = 0; c < 16; c++)
-        _mm256_storeu_si256((__m256i *)(P + (size_t)(i0 + c) * CPU_BC + jb),
-                            (__m256i)_mm512_cvtneps_pbh(p[c]));
+      store_p32(P, i0, jb, p, pair_idx);
     }
     __m512 a = exp2_ps(_mm512_sub_ps(mold, mu));
     _mm512_storeu_ps(alpha + i0, a);
