@@ -17,9 +17,9 @@ void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale,
 void attn__bf16_pack_pairs(uint16_t *dst, const uint16_t *src, int64_t ld, int n, int D);
 void attn__bf16_pack_lanes(uint16_t *dst, const uint16_t *src, int64_t ld, int rows, int D);
 /* cpu_bf16_ops.pv with gemm for the product: O = alpha O, then P·V by gemm on V's pairs
- * packed into vv, or (safe) by the float32 pass that skips zero probabilities. */
-void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
-                   int lanes, const float *alpha, int safe, uint16_t *vv,
+ * vv, or (safe) by the float32 pass over V's rows that skips zero probabilities. */
+void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const uint16_t *v,
+                   int64_t ldv, int nj, int lanes, const float *alpha, int safe,
                    attn__bf16_gemm_fn gemm);
 void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
                       const float *lse2, float *T, uint16_t *Pt);

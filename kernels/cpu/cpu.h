@@ -19,6 +19,9 @@
  * (GQA 32/8, 32K keys, 2 threads): 16 lanes 16 ms by rows vs 21 by tiles; 32 lanes 28 vs
  * 24. */
 #define CPU_ROWS_MAX 16
+/* The most a bf16 forward spends on V packed once as bf16 pairs for all its query tiles
+ * (the size of V itself); past it each tile packs its own. */
+#define CPU_VPK_MAX_BYTES ((size_t)1 << 30)
 
 /* Masks and transforms of one (query tile, key tile) pair, in log2 units. A tile's lanes
  * hold nh query heads of one GQA group over the same rows: lane L is row L % rows of head
@@ -123,10 +126,11 @@ typedef struct {
    * (keys past nj up to a multiple of 32 set to 0) */
   void (*softmax)(float *S, int nj, const cpu_tile_info *ti, float sscale, float *m, float *l,
                   float *alpha, uint16_t *P);
-  /* O rows [lanes][D]: O = alpha O + P · V (V rows v, stride ldv); safe: V holds NaN or
-   * Inf, so a zero probability must add nothing (then without the tile products) */
-  void (*pv)(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
-             int lanes, const float *alpha, int safe, uint16_t *vv);
+  /* O rows [lanes][D]: O = alpha O + P · V, V's pairs in vv (pack_pairs of its nj rows);
+   * safe: V holds NaN or Inf, so a zero probability must add nothing: then from V's rows
+   * v (stride ldv) without the tile products, vv unused */
+  void (*pv)(float *O, int D, const uint16_t *P, const uint16_t *vv, const uint16_t *v,
+             int64_t ldv, int nj, int lanes, const float *alpha, int safe);
   /* The backward's. Lanes as B tiles (a product over d): dst [D/2][CPU_BR][2] from bf16
    * rows src [rows][ld]; lanes from rows up to a multiple of 32 zero. */
   void (*pack_lanes)(uint16_t *dst, const uint16_t *src, int64_t ld, int rows, int D);

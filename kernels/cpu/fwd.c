@@ -40,6 +40,10 @@ typedef struct {
   const cpu_tile_flags *vbad; /* which V tiles hold NaN or Inf */
   const cpu_bf16_ops *bf16;    /* the tile kernels' bf16 products (AMX or AVX512-BF16), or NULL */
   attn_ctx_t ctx;
+  /* bf16 tiles: V's pairs of every whole key tile, packed once for all the query tiles
+   * ([B][Hkv][ntk][CPU_BC/2][Dv][2]), or NULL: each tile packs its own */
+  uint16_t *vpk;
+  int64_t ntk;
 } fwd_job;
 
 /* Rows to lanes: the lanes' rows of x (dtype t, D wide) as float32 [nh*rows][*ld]: x
@@ -102,6 +106,30 @@ static void bf16_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   jb->bf16->begin();
 }
 
+/* V's packed pairs of key tile t when [ca, ca + nj) is the whole tile, else NULL. */
+static const uint16_t *vpk_tile(const fwd_job *jb, int64_t b, int64_t hk, int64_t t,
+                                int64_t ca, int nj) {
+  const attn__problem *pb = jb->pb;
+  const int64_t end = (t + 1) * CPU_BC < pb->skv ? (t + 1) * CPU_BC : pb->skv;
+  if (!jb->vpk || ca != t * CPU_BC || ca + nj != end) return NULL;
+  return jb->vpk + ((size_t)(b * pb->Hkv + hk) * jb->ntk + t) * CPU_BC * pb->Dv;
+}
+
+/* Packs every key tile's V pairs into jb->vpk (inside the parallel region: a work-shared
+ * loop, then its barrier). */
+static void vpk_fill(const fwd_job *jb) {
+  const attn__problem *pb = jb->pb;
+  const int64_t n = pb->B * pb->Hkv * jb->ntk;
+#pragma omp for schedule(static)
+  for (int64_t u = 0; u < n; u++) {
+    const int64_t t = u % jb->ntk, bh = u / jb->ntk, b = bh / pb->Hkv, hk = bh % pb->Hkv;
+    const int64_t ca = t * CPU_BC, cb = ca + CPU_BC < pb->skv ? ca + CPU_BC : pb->skv;
+    jb->bf16->pack_pairs(jb->vpk + (size_t)u * CPU_BC * pb->Dv,
+                         attn__cpu_row(pb->v, ATTN_BF16, b, ca, hk), pb->v.ss, (int)(cb - ca),
+                         (int)pb->Dv);
+  }
+}
+
 /* One key tile [ca, ca + nj) of tile index t on the AMX tiles: state in rows_o. */
 static void bf16_tile(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_t hk,
                      int64_t t, int64_t ca, int nj) {
@@ -112,8 +140,13 @@ static void bf16_tile(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_
   const uint16_t *v = attn__cpu_row(pb->v, ATTN_BF16, it->b, ca, hk);
   jb->bf16->scores(w->s, k, pb->k.ss, nj, (const uint16_t *)w->qt, w->ti.lanes, Dqk, kpad);
   jb->bf16->softmax(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->m, w->l, w->alpha, P);
-  jb->bf16->pv(rows_o(w), Dv, P, v, pb->v.ss, nj, w->ti.lanes, w->alpha,
-              attn__cpu_tile_nonfinite(jb->vbad, jb->ops, it->b, hk, t), vv);
+  const int safe = attn__cpu_tile_nonfinite(jb->vbad, jb->ops, it->b, hk, t);
+  const uint16_t *vp = vpk_tile(jb, it->b, hk, t, ca, nj);
+  if (!vp && !safe) {
+    jb->bf16->pack_pairs(vv, v, pb->v.ss, nj, Dv);
+    vp = vv;
+  }
+  jb->bf16->pv(rows_o(w), Dv, P, vp, v, pb->v.ss, nj, w->ti.lanes, w->alpha, safe);
 }
 
 /* Keys [c0, c1) of KV head hk of batch b of x (D wide) as rows to prefetch. */
@@ -470,9 +503,15 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   /* AMX: bf16, and head dims in whole 32-element tile rows */
   const cpu_bf16_ops *bf16 = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
                                ? be->bf16 : NULL;
-  fwd_job jb = {pb, be->ops, segs, &vbad, bf16, ctx};
+  fwd_job jb = {pb, be->ops, segs, &vbad, bf16, ctx, NULL, (pb->skv + CPU_BC - 1) / CPU_BC};
   if (status == ATTN_OK)
     status = attn__cpu_flags_init(&vbad, pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv);
+  /* V's pairs packed once when each KV head has query tiles to share them (a pack a tile
+   * cost 6% of the forward at 4K), within a bound on the copy; else a pack a tile */
+  const size_t vpk_bytes = (size_t)(pb->B * pb->Hkv * jb.ntk) * CPU_BC * (size_t)pb->Dv * 2;
+  if (status == ATTN_OK && bf16 && nitems >= 2 * pb->B * pb->Hkv && pb->sq > CPU_ROWS_MAX &&
+      vpk_bytes <= CPU_VPK_MAX_BYTES)
+    jb.vpk = aligned_alloc(64, (vpk_bytes + 63) / 64 * 64); /* NULL: a pack a tile */
   const int nsplit = choose_splits(pb, nitems, be->threads);
   const size_t pf = part_floats(pb);
   if (status == ATTN_OK && nsplit > 1) {
@@ -490,6 +529,7 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
 #pragma omp atomic write
         failed = 1;
       }
+      if (jb.vpk) vpk_fill(&jb);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t u = 0; u < nitems * nsplit; u++)
         if (w)
@@ -506,6 +546,7 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
     if (failed) status = attn__fail(ATTN_ERR_OUT_OF_MEMORY, "per-thread tile workspace allocation failed");
   }
   free(part);
+  free(jb.vpk);
   attn__cpu_flags_free(&vbad);
   free(items);
   free(segs);

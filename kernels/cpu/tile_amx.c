@@ -120,9 +120,9 @@ static void amx_gemm(float *C, int64_t ldc, const uint16_t *A, int64_t lda, cons
     for (int n0 = 0; n0 < N; n0 += 32) gemm_block(C, ldc, A, lda, B, N, K, i0, n0, M - i0 >= 32);
 }
 
-static void amx_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
-                   int lanes, const float *alpha, int safe, uint16_t *vv) {
-  attn__bf16_pv(O, D, P, v, ldv, nj, lanes, alpha, safe, vv, amx_gemm);
+static void amx_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const uint16_t *v,
+                  int64_t ldv, int nj, int lanes, const float *alpha, int safe) {
+  attn__bf16_pv(O, D, P, vv, v, ldv, nj, lanes, alpha, safe, amx_gemm);
 }
 
 /* ---- availability -------------------------------------------------------------------- */

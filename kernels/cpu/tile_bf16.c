@@ -166,8 +166,9 @@ static void pv_safe(float *O, int D, const uint16_t *P, const uint16_t *v, int64
     }
 }
 
-void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
-                   int lanes, const float *alpha, int safe, uint16_t *vv, attn__bf16_gemm_fn gemm) {
+void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const uint16_t *v,
+                   int64_t ldv, int nj, int lanes, const float *alpha, int safe,
+                   attn__bf16_gemm_fn gemm) {
   for (int i = 0; i < lanes; i++) {
     if (alpha[i] == 1.0f) continue;
     const __m512 a = _mm512_set1_ps(alpha[i]);
@@ -178,7 +179,6 @@ void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_
     pv_safe(O, D, P, v, ldv, nj, lanes);
     return;
   }
-  attn__bf16_pack_pairs(vv, v, ldv, nj, D);
   gemm(O, D, P, CPU_BC, vv, lanes, D, (nj + 31) / 32 * 32);
 }
 

@@ -85,9 +85,9 @@ static void dp_gemm(float *C, int64_t ldc, const uint16_t *A, int64_t lda, const
   dp_product(C, ldc, A, lda, B, 2 * (int64_t)N, M, N, K, DP_ADD);
 }
 
-static void dp_pv(float *O, int D, const uint16_t *P, const uint16_t *v, int64_t ldv, int nj,
-                  int lanes, const float *alpha, int safe, uint16_t *vv) {
-  attn__bf16_pv(O, D, P, v, ldv, nj, lanes, alpha, safe, vv, dp_gemm);
+static void dp_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const uint16_t *v,
+                  int64_t ldv, int nj, int lanes, const float *alpha, int safe) {
+  attn__bf16_pv(O, D, P, vv, v, ldv, nj, lanes, alpha, safe, dp_gemm);
 }
 
 static const cpu_bf16_ops dp_ops = {
