@@ -98,9 +98,14 @@ static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
 static void bf16_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
   const int u = it->nh * it->rows, Dv = (int)pb->Dv;
-  int64_t ld;
-  const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
-  jb->bf16->pack_q((uint16_t *)w->qt, q, ld, u, (int)pb->Dqk);
+  if (it->nh == 1) { /* one head's rows, read as bf16 where they lie */
+    jb->bf16->pack_lanes((uint16_t *)w->qt, attn__cpu_row(pb->q, ATTN_BF16, it->b, it->r0, it->h),
+                         pb->q.ss, u, (int)pb->Dqk);
+  } else {
+    int64_t ld;
+    const float *q = lane_rows(jb, it, pb->q, pb->dtype, (int)pb->Dqk, w->cv, &ld);
+    jb->bf16->pack_q((uint16_t *)w->qt, q, ld, u, (int)pb->Dqk);
+  }
   jb->ops->unpack_t(rows_o(w), Dv, w->ot, u, Dv, NULL);
   memset(rows_o(w) + (size_t)u * Dv, 0, (size_t)(CPU_BR - u) * Dv * sizeof(float));
   jb->bf16->begin();
