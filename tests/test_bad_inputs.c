@@ -301,6 +301,21 @@ static void bad_context(void) {
   cfg = (attn_ctx_config)ATTN_CTX_CONFIG_INIT;
   cfg.version = 42;
   expect("ctx_create version 42", attn_ctx_create(&c, &cfg), INV, NONE, "version");
+  for (int v = -2; v <= 3; v += 5) { /* -2 and 3: not a cpu_amx value */
+    cfg = (attn_ctx_config)ATTN_CTX_CONFIG_INIT;
+    cfg.cpu_amx = v;
+    expect("ctx_create cpu_amx out of range", attn_ctx_create(&c, &cfg), INV, NONE, "cpu_amx");
+  }
+  for (int v = 1; v <= 2; v++) { /* a required bf16 unit with the scalar kernels forced */
+    cfg = (attn_ctx_config)ATTN_CTX_CONFIG_INIT;
+    cfg.backend = ATTN_BACKEND_CPU;
+    cfg.force_scalar = 1;
+    cfg.cpu_amx = v;
+    c = (attn_ctx_t)0x1;
+    expect("ctx_create cpu_amx required, force_scalar", attn_ctx_create(&c, &cfg), UNS, NONE,
+           "cpu_amx");
+    TU_CHECK(c == NULL, "failed attn_ctx_create (cpu_amx=%d) left *out = %p", v, (void *)c);
+  }
   TU_CHECK(attn_ctx_create(&c, NULL) == ATTN_OK && c, "attn_ctx_create(cfg NULL): %s",
            attn_last_error());
   attn_ctx_destroy(c);
