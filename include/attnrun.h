@@ -163,7 +163,8 @@ typedef struct {
   /* (version 2) CPU bf16 forward and backward on bf16 product units: AMX tiles (Intel
    * AMX-BF16) or AVX512-BF16 dot products (AMD Zen 4, Intel Cooper Lake): products in
    * bf16 with float32 accumulation, P (and the backward's dS) rounded to bf16 for their
-   * products as on GPUs. 0: AMX when the CPU has it, else AVX512-BF16 when it has that;
+   * products as on GPUs; for head dims in multiples of 32 (AMX) or 16 (AVX512-BF16),
+   * others take the float32 arithmetic. 0: AMX when the CPU has it, else AVX512-BF16;
    * 1: AMX required, 2: AVX512-BF16 required (attn_ctx_create fails with UNSUPPORTED
    * without it); -1: off, bf16 then runs the float32 arithmetic (bitwise the float32
    * path's on the same values). ATTN_CPU_AMX=-1|0|1|2 overrides. */

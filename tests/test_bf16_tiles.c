@@ -17,6 +17,7 @@
 #include "test_case.h"
 
 static attn_ctx_t unit_ctx, exact;
+static int dim_align = 32; /* the head dims the unit under test takes: AMX 32, AVX512-BF16 16 */
 static uint64_t next_seed = 31000;
 
 static int64_t bits_differ(const float *a, const float *b, int64_t n) {
@@ -90,7 +91,7 @@ static void run_bwd(tc_prob *P, const char *desc) {
     TU_CHECK(rep == 0, "a second bf16-tile backward differs in %lld elements in %s", (long long)rep, desc);
     tc_out_free(&again);
     tc_lib(exact, P, &e, 1);
-    const int tiles = P->Dqk % 32 == 0 && P->Dv % 32 == 0;
+    const int tiles = P->Dqk % dim_align == 0 && P->Dv % dim_align == 0;
     const int64_t diff = grads_differ(P, &b, &e);
     TU_CHECK(!tiles || diff > 0, "bf16-tile and exact gradients are bitwise equal in %s: the tiles "
              "did not run", desc);
@@ -141,8 +142,8 @@ static void flags(void) {
 }
 
 /* Lengths around the 128 x 128 tiles and the 32-key / 32-lane tile blocks, Sq != Skv both
- * ways, the head dims the tiles take (64, 128, 256, 192x128) and two they do not (odd:
- * the float32 arithmetic), short tiles packing GQA heads into more than 16 lanes, wide
+ * ways, the head dims the tiles take (64, 128, 256, 192x128; 80 and 48 on the dot products
+ * only) and two they do not (odd: the float32 arithmetic), short tiles packing GQA heads into more than 16 lanes, wide
  * values. */
 static void shapes(void) {
   static const int64_t sizes[][2] = {{127, 129}, {129, 127}, {128, 128}, {33, 31}, {17, 300},
@@ -163,6 +164,13 @@ static void shapes(void) {
                 .bwd = 1, .dtype = ATTN_BF16}, 0);
   run((tc_case){.name = "odd dims", .B = 1, .Sq = 150, .Skv = 170, .Hq = 2, .Hkv = 1,
                 .Dqk = 40, .Dv = 24, .bwd = 1, .dtype = ATTN_BF16}, 0);
+  /* multiples of 16, not of 32: the dot products' tiles (a half pair block at the end of
+   * each packed row), AMX's float32 arithmetic */
+  run((tc_case){.name = "dims of 16", .B = 2, .Sq = 150, .Skv = 170, .Hq = 4, .Hkv = 2,
+                .Dqk = 80, .Dv = 48, .causal = 1, .bwd = 1, .dtype = ATTN_BF16}, dim_align == 16);
+  run((tc_case){.name = "dims of 16", .B = 1, .Sq = 200, .Skv = 90, .Hq = 2, .Hkv = 1,
+                .Dqk = 48, .Dv = 80, .bhsd = 1, .softcap = 20.0f, .bwd = 1, .dtype = ATTN_BF16},
+      dim_align == 16);
   run((tc_case){.name = "wide values", .B = 1, .Sq = 70, .Skv = 90, .Hq = 1, .Hkv = 1,
                 .Dqk = 64, .scale = 0.3f, .amp = 4.0, .bwd = 1, .dtype = ATTN_BF16}, 1);
   run((tc_case){.name = "big", .B = 1, .Sq = 1000, .Skv = 1030, .Hq = 2, .Hkv = 1, .Dqk = 128,
@@ -256,6 +264,7 @@ int main(int argc, char **argv) {
            unit == 1 ? "AMX-BF16" : "AVX512-BF16");
     return 77;
   }
+  dim_align = unit == 1 ? 32 : 16;
   exact = tc_ctx_amx(0, 2, -1);
   char *av[2] = {argv[0], (char *)strchr(arg, '_') + 1};
   int rc = tu_run_parts(unit == 1 ? "test_bf16_tiles amx" : "test_bf16_tiles avx512-bf16", 2, av,

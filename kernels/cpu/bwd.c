@@ -386,9 +386,7 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
                                 const float *lse, const float *delta, int64_t lse_rows,
                                 attn__view dq, attn__view dk, attn__view dv) {
   cpu_backend *be = ctx->backend_data;
-  /* AMX: bf16 with head dims the tiles take */
-  const cpu_bf16_ops *bf16 = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
-                               ? be->bf16 : NULL;
+  const cpu_bf16_ops *bf16 = attn__cpu_bf16_for(be, pb);
   bwd_job jb = {.pb = pb, .ops = be->ops, .bf16 = bf16, .dout = dout, .dk = dk, .dv = dv, .lse = lse,
                 .delta = delta, .lse_rows = lse_rows, .ctx = ctx};
   cpu_segment *segs = NULL;

@@ -111,9 +111,10 @@ const cpu_tile_ops *attn__cpu_ops_avx512(void);
  * same operands and the same roundings. Buffers: qv [Dqk/2][CPU_BR][2] (Q^T as
  * B tiles), P [CPU_BR][CPU_BC] (lanes' probabilities, bf16), kpad [32][Dqk], vv
  * [CPU_BC/2][Dv][2]; bf16 rows are raw storage (uint16_t), strides in elements. Dqk and Dv
- * are multiples of 32, lanes of 16, nj <= CPU_BC. */
+ * are multiples of dim_align, lanes of 16, nj <= CPU_BC. */
 typedef struct {
   const char *name;    /* "amx" or "avx512-bf16" */
+  int dim_align;       /* the head dims it takes: multiples of this (AMX 32: a tile row) */
   void (*begin)(void); /* the tile configuration, in the thread that then calls the rest */
   void (*end)(void);
   /* qv from the lanes' rows q [u][ld] (float32 holding bf16 values); lanes past u 0 */
@@ -138,7 +139,7 @@ typedef struct {
    * zero rows from n up to n32 (n rounded up to 32). */
   void (*pack_pairs)(uint16_t *dst, const uint16_t *src, int64_t ld, int n, int D);
   /* C [M][N] (float32, row stride ldc) += A [M][K] (bf16 rows, stride lda) · B (pack_pairs
-   * of K rows N wide); M a multiple of 16, N and K of 32. */
+   * of K rows N wide); M a multiple of 16, N of dim_align, K of 32. */
   void (*gemm)(float *C, int64_t ldc, const uint16_t *A, int64_t lda, const uint16_t *B, int M,
                int N, int K);
   /* S^T times sscale → P^T in place as probs_bwd does, and as bf16 Pt [nj][CPU_BR]; P is 0
@@ -162,6 +163,15 @@ typedef struct {
   const cpu_bf16_ops *bf16; /* the bf16 tile products, or NULL (cfg.cpu_amx) */
   int threads;
 } cpu_backend;
+
+/* The bf16 tile products for pb: be's unit when pb is bf16 with head dims it takes, else
+ * NULL (the float32 arithmetic). */
+static inline const cpu_bf16_ops *attn__cpu_bf16_for(const cpu_backend *be,
+                                                     const attn__problem *pb) {
+  const cpu_bf16_ops *u = be->bf16;
+  if (!u || pb->dtype != ATTN_BF16) return NULL;
+  return pb->Dqk % u->dim_align == 0 && pb->Dv % u->dim_align == 0 ? u : NULL;
+}
 
 /* One contiguous run of query rows of one sequence against its keys (varlen splits a
  * block into several; otherwise there is one). Rows/keys are block-local indices. */

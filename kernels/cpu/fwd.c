@@ -505,9 +505,7 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   ATTN_CHECK(attn__cpu_segments(pb, &segs, &nseg));
   attn_status status = make_items(pb, segs, nseg, &items, &nitems);
   cpu_tile_flags vbad = {0};
-  /* AMX: bf16, and head dims in whole 32-element tile rows */
-  const cpu_bf16_ops *bf16 = pb->dtype == ATTN_BF16 && pb->Dqk % 32 == 0 && pb->Dv % 32 == 0
-                               ? be->bf16 : NULL;
+  const cpu_bf16_ops *bf16 = attn__cpu_bf16_for(be, pb);
   fwd_job jb = {pb, be->ops, segs, &vbad, bf16, ctx, NULL, (pb->skv + CPU_BC - 1) / CPU_BC};
   if (status == ATTN_OK)
     status = attn__cpu_flags_init(&vbad, pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv);

@@ -33,7 +33,7 @@ static const amx_config amx_cfg = {
     1, 0, {0}, {AMX_ROWB, AMX_ROWB, AMX_ROWB, AMX_ROWB, AMX_ROWB, AMX_ROWB, AMX_ROWB, AMX_ROWB},
     {16, 16, 16, 16, 16, 16, 16, 16}};
 
-static void bf16_begin(void) { _tile_loadconfig(&amx_cfg); }
+static void amx_begin(void) { _tile_loadconfig(&amx_cfg); }
 
 static void amx_end(void) { _tile_release(); }
 
@@ -144,7 +144,7 @@ static void amx_probe(void) {
 }
 
 static const cpu_bf16_ops amx_ops = {
-    "amx",           bf16_begin,         amx_end,    attn__bf16_pack_q, amx_scores,
+    "amx",           32,                amx_begin,         amx_end,    attn__bf16_pack_q, amx_scores,
     attn__bf16_softmax, amx_pv, attn__bf16_pack_lanes, attn__bf16_pack_pairs, amx_gemm,
     attn__bf16_probs, attn__bf16_dscores};
 

@@ -123,10 +123,11 @@ void attn__bf16_pack_pairs(uint16_t *dst, const uint16_t *src, int64_t ld, int n
     const uint16_t *a = src + j * ld, *b = a + ld;
     uint16_t *o = dst + (size_t)(j / 2) * D * 2;
     for (int d0 = 0; d0 < D; d0 += 32) {
-      __m512i x = j < n ? _mm512_loadu_si512(a + d0) : _mm512_setzero_si512();
-      __m512i y = j + 1 < n ? _mm512_loadu_si512(b + d0) : _mm512_setzero_si512();
+      const __mmask32 k = D - d0 >= 32 ? 0xffffffffu : 0xffffu; /* a last 16 (D % 32 == 16) */
+      __m512i x = j < n ? _mm512_maskz_loadu_epi16(k, a + d0) : _mm512_setzero_si512();
+      __m512i y = j + 1 < n ? _mm512_maskz_loadu_epi16(k, b + d0) : _mm512_setzero_si512();
       _mm512_storeu_si512(o + 2 * d0, _mm512_permutex2var_epi16(x, lo_idx, y));
-      _mm512_storeu_si512(o + 2 * d0 + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
+      if (D - d0 >= 32) _mm512_storeu_si512(o + 2 * d0 + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
     }
   }
 }
@@ -138,12 +139,13 @@ void attn__bf16_pack_lanes(uint16_t *dst, const uint16_t *src, int64_t ld, int r
   const int l32 = (rows + 31) / 32 * 32;
   for (int i0 = 0; i0 < l32; i0 += 16)
     for (int w0 = 0; w0 < D / 2; w0 += 16) {
+      const int nw = D / 2 - w0 >= 16 ? 16 : D / 2 - w0; /* 8 when D % 32 == 16 */
       __m512 r[16];
       for (int i = 0; i < 16; i++)
-        r[i] = i0 + i < rows ? _mm512_castsi512_ps(_mm512_loadu_si512(src + (i0 + i) * ld + 2 * w0))
+        r[i] = i0 + i < rows ? _mm512_maskz_loadu_ps(first_n(nw), src + (i0 + i) * ld + 2 * w0)
                              : _mm512_setzero_ps();
       transpose16(r);
-      for (int w = 0; w < 16; w++) _mm512_storeu_ps(dst + ((size_t)(w0 + w) * CPU_BR + i0) * 2, r[w]);
+      for (int w = 0; w < nw; w++) _mm512_storeu_ps(dst + ((size_t)(w0 + w) * CPU_BR + i0) * 2, r[w]);
     }
 }
 

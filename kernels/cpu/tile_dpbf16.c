@@ -91,7 +91,7 @@ static void dp_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const 
 }
 
 static const cpu_bf16_ops dp_ops = {
-    "avx512-bf16",      dp_begin, dp_end, attn__bf16_pack_q,     dp_scores,
+    "avx512-bf16",      16,       dp_begin, dp_end, attn__bf16_pack_q,     dp_scores,
     attn__bf16_softmax, dp_pv,    attn__bf16_pack_lanes, attn__bf16_pack_pairs, dp_gemm,
     attn__bf16_probs,   attn__bf16_dscores};
 
