@@ -2,8 +2,8 @@
  * dV += P^T dO, dS = P*(dP - delta), dK += dS^T Q, dQ += dS K, tile by tile. Work units
  * are (batch, KV head, key split): each owns its dK/dV rows, so the result is
  * deterministic; dQ is shared across splits through partial buffers summed in order.
- * bf16 with AMX (cfg.cpu_amx) runs the five products on the tiles from bf16 operands, P
- * and dS rounded to bf16, and accumulates dQ, dK, dV in float32 buffers of the work unit
+ * bf16 with a bf16 tile unit (cfg.cpu_amx: AMX or AVX512-BF16) runs the five products on
+ * the tiles from bf16 operands, P and dS rounded to bf16, and accumulates dQ, dK, dV in float32 buffers of the work unit
  * that it adds to the outputs once a head (dQ) or a key tile (dK, dV) is done. */
 #include "convert.h"
 #include "cpu.h"
@@ -48,7 +48,7 @@ typedef struct {
   float *qrow;    /* [ntiles][CPU_BR][Dqk] */
   float *dorow;   /* [ntiles][CPU_BR][Dv] */
   float *kc, *vc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
-  /* AMX only (then qt, dot, qrow and dorow are unused): bf16 B tiles of the head's Q and
+  /* bf16 tiles only (then qt, dot, qrow and dorow are unused): bf16 B tiles of the head's Q and
    * dO rows per query tile, both ways (pack_lanes, pack_pairs), and of the key tile's K;
    * bf16 P^T, dS^T and dS of a pair; float32 accumulators */
   uint16_t *qv, *qn;   /* [ntiles][Dqk/2][CPU_BR][2], [ntiles][CPU_BR/2][Dqk][2] */
@@ -131,7 +131,7 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   ops->gemm(dqr, dq.ss, w->dp, CPU_BR, 1, k, kr->ldk, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
 }
 
-/* The AMX tiles' operands of head h: Q and dO rows of each query tile as B tiles both
+/* The bf16 tiles' operands of head h: Q and dO rows of each query tile as B tiles both
  * ways, lse and delta, and zero dQ accumulators. */
 static void bf16_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
   const attn__problem *pb = jb->pb;
@@ -161,7 +161,7 @@ static void add_rows(float *dst, int64_t ld, const float *acc, int rows, int D) 
     for (int d = 0; d < D; d++) dst[r * ld + d] += acc[(size_t)r * D + d];
 }
 
-/* One (query tile, key tile) pair of head h on the AMX tiles: keys [ca, ca + nj) of KV
+/* One (query tile, key tile) pair of head h on the bf16 tiles: keys [ca, ca + nj) of KV
  * head hk, whose K pairs are in w->kv; dK, dV into w->dkacc, w->dvacc, dQ into w->dqacc.
  * safe: K holds NaN or Inf, so dQ takes the float32 safe product (K rows as float32). */
 static void bf16_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int64_t t,
@@ -251,7 +251,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
   attn__cpu_count(jb->ctx, computed, skipped, flops);
 }
 
-/* The AMX path's buffers (one allocation, zeroed). */
+/* The bf16 tiles' buffers (one allocation, zeroed). */
 static bwd_work *bf16_work_alloc(const attn__problem *pb, int64_t ntiles) {
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;

@@ -3,8 +3,9 @@
  * LSE) or block mode (state loaded from and stored to an attn_state). A short query tile
  * carries several query heads of its GQA group in its lanes (decode: one K/V pass a
  * group), and on the row kernels several whole groups, visited in turn on each key tile.
- * bf16 tiles of more than CPU_ROWS_MAX lanes take the AMX tile products where the CPU has
- * them (cfg.cpu_amx), the O rows then accumulating in w->ro as on the row kernels. */
+ * bf16 tiles of more than CPU_ROWS_MAX lanes take the bf16 tile products (AMX or
+ * AVX512-BF16) where the CPU has them (cfg.cpu_amx), the O rows then accumulating in w->ro
+ * as on the row kernels. */
 #include "convert.h"
 #include "cpu.h"
 
@@ -38,7 +39,7 @@ typedef struct {
   const cpu_tile_ops *ops;
   const cpu_segment *segs;
   const cpu_tile_flags *vbad; /* which V tiles hold NaN or Inf */
-  const cpu_bf16_ops *bf16;    /* the tile kernels' bf16 products (AMX or AVX512-BF16), or NULL */
+  const cpu_bf16_ops *bf16;   /* the bf16 tile products (AMX or AVX512-BF16), or NULL */
   attn_ctx_t ctx;
   /* bf16 tiles: V's pairs of every whole key tile, packed once for all the query tiles
    * ([B][Hkv][ntk][CPU_BC/2][Dv][2]), or NULL: each tile packs its own */
@@ -93,7 +94,7 @@ static void rows_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   jb->ops->unpack_t(rows_o(w), pb->Dv, w->ot, u, (int)pb->Dv, NULL);
 }
 
-/* The AMX tiles' Q^T (from the lanes' rows) and O rows (from w->ot, the state; the
+/* The bf16 tiles' Q^T (from the lanes' rows) and O rows (from w->ot, the state; the
  * padding lanes 0), and the tile configuration of this thread. */
 static void bf16_begin(const fwd_job *jb, const fwd_item *it, fwd_work *w) {
   const attn__problem *pb = jb->pb;
@@ -135,7 +136,7 @@ static void vpk_fill(const fwd_job *jb) {
   }
 }
 
-/* One key tile [ca, ca + nj) of tile index t on the AMX tiles: state in rows_o. */
+/* One key tile [ca, ca + nj) of tile index t on the bf16 tiles: state in rows_o. */
 static void bf16_tile(const fwd_job *jb, const fwd_item *it, fwd_work *w, int64_t hk,
                      int64_t t, int64_t ca, int nj) {
   const attn__problem *pb = jb->pb;
