@@ -3,8 +3,9 @@
  * are (batch, KV head, key split): each owns its dK/dV rows, so the result is
  * deterministic; dQ is shared across splits through partial buffers summed in order.
  * bf16 with a bf16 tile unit (cfg.cpu_amx: AMX or AVX512-BF16) runs the five products on
- * the tiles from bf16 operands, P and dS rounded to bf16, and accumulates dQ, dK, dV in float32 buffers of the work unit
- * that it adds to the outputs once a head (dQ) or a key tile (dK, dV) is done. */
+ * the tiles from bf16 operands, P and dS rounded to bf16, and accumulates dQ, dK, dV in
+ * float32 buffers of the work unit that it adds to the outputs once a head (dQ) or a key
+ * tile (dK, dV) is done. */
 #include "convert.h"
 #include "cpu.h"
 
