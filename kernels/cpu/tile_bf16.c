@@ -215,12 +215,14 @@ void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
 void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
                         const float *delta, float factor, uint16_t *dSt, uint16_t *dS) {
   const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps();
-  const int nj32 = (nj + 31) / 32 * 32;
+  uint16_t ix[32];
+  for (int t = 0; t < 16; t++) ix[2 * t] = (uint16_t)t, ix[2 * t + 1] = (uint16_t)(16 + t);
+  const __m512i pair_idx = _mm512_loadu_si512(ix);
   for (int i0 = 0; i0 < lanes; i0 += 16) {
     const __m512 dl = _mm512_loadu_ps(delta + i0);
-    for (int jb = 0; jb < nj32; jb += 16) {
-      __m512 r[16];
-      for (int c = 0; c < 16; c++) {
+    for (int jb = 0; jb < nj; jb += 32) {
+      __m512 r[32];
+      for (int c = 0; c < 32; c++) {
         const int j = jb + c, e = j * CPU_BR + i0;
         if (j >= nj) {
           r[c] = z;
@@ -232,13 +234,22 @@ void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int l
           __m512 t = _mm512_loadu_ps(T + e);
           ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
         }
-        ds = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
-        _mm512_storeu_ps(dP + e, ds);
-        store_bf16(dSt + j * CPU_BR + i0, ds);
-        r[c] = ds;
+        r[c] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
+        _mm512_storeu_ps(dP + e, r[c]);
       }
-      transpose16(r); /* r[c]: lane i0 + c, keys jb .. jb + 15 */
-      for (int c = 0; c < 16; c++) store_bf16(dS + (size_t)(i0 + c) * CPU_BC + jb, r[c]);
+      /* keys 2t, 2t + 1 as bf16 in one conversion: their dS^T rows (halves), and a word a
+       * lane for the transpose into dS rows (as store_p32) */
+      __m512 w[16];
+      for (int t = 0; t < 16; t++) {
+        const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(r[2 * t + 1], r[2 * t]);
+        const int j = jb + 2 * t;
+        if (j < nj) _mm256_storeu_si256((__m256i *)(dSt + j * CPU_BR + i0), _mm512_castsi512_si256(v));
+        if (j + 1 < nj)
+          _mm256_storeu_si256((__m256i *)(dSt + (j + 1) * CPU_BR + i0), _mm512_extracti64x4_epi64(v, 1));
+        w[t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pair_idx, v));
+      }
+      transpose16(w); /* w[c]: lane i0 + c, key pairs jb/2 .. jb/2 + 15 */
+      for (int c = 0; c < 16; c++) _mm512_storeu_ps(dS + (size_t)(i0 + c) * CPU_BC + jb, w[c]);
     }
   }
   if ((lanes + 31) / 32 * 32 > lanes)
