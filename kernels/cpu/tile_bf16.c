@@ -39,17 +39,30 @@ static inline __m512 exp2_neg_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/* Keys jb .. jb + 31 of 16 lanes from i0: p[r] holds key jb + r's probabilities (float32),
- * P rows (lane i0 + c) get them as bf16. A pair of keys becomes one 32-bit word per lane
+/* The word interleave of a vcvtne2ps2bf16 result: element 2i from i, 2i + 1 from 16 + i. */
+static inline __m512i pair_idx(void) {
+  uint16_t ix[32];
+  for (int t = 0; t < 16; t++) ix[2 * t] = (uint16_t)t, ix[2 * t + 1] = (uint16_t)(16 + t);
+  return _mm512_loadu_si512(ix);
+}
+
+/* Keys jb .. jb + 31 of 16 lanes from i0: p[r] holds key jb + r's values (float32), rows
+ * (lane i0 + c, [CPU_BR][CPU_BC]) get them as bf16; so do the key rows of Xt ([key][CPU_BR],
+ * keys below nj) unless NULL. A pair of keys becomes one 32-bit word per lane
  * (vcvtne2ps2bf16, then interleaved), so the transpose is one 16 x 16 of words. */
-static inline void store_p32(uint16_t *P, int i0, int jb, const __m512 p[32],
-                             __m512i pair_idx) {
+static inline void store_pairs32(uint16_t *rows, uint16_t *Xt, int nj, int i0, int jb,
+                                 const __m512 p[32], __m512i idx) {
   __m512 w[16];
-  for (int t = 0; t < 16; t++)
-    w[t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(
-        pair_idx, (__m512i)_mm512_cvtne2ps_pbh(p[2 * t + 1], p[2 * t])));
+  for (int t = 0; t < 16; t++) {
+    const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(p[2 * t + 1], p[2 * t]);
+    const int j = jb + 2 * t;
+    if (Xt && j < nj) _mm256_storeu_si256((__m256i *)(Xt + j * CPU_BR + i0), _mm512_castsi512_si256(v));
+    if (Xt && j + 1 < nj)
+      _mm256_storeu_si256((__m256i *)(Xt + (j + 1) * CPU_BR + i0), _mm512_extracti64x4_epi64(v, 1));
+    w[t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(idx, v));
+  }
   transpose16(w); /* w[c]: lane i0 + c, key pairs jb/2 .. jb/2 + 15 */
-  for (int c = 0; c < 16; c++) _mm512_storeu_ps(P + (size_t)(i0 + c) * CPU_BC + jb, w[c]);
+  for (int c = 0; c < 16; c++) _mm512_storeu_ps(rows + (size_t)(i0 + c) * CPU_BC + jb, w[c]);
 }
 
 void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale, float *m,
@@ -57,9 +70,7 @@ void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale,
   const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(sscale);
   /* no transform: the scores are not stored back, x = S * sscale is formed where used */
   const int plain = ti->softcap2 <= 0.0f && !ti->alibi && !ti->partial && sscale > 0.0f;
-  uint16_t ix[32];
-  for (int t = 0; t < 16; t++) ix[2 * t] = (uint16_t)t, ix[2 * t + 1] = (uint16_t)(16 + t);
-  const __m512i pair_idx = _mm512_loadu_si512(ix);
+  const __m512i idx = pair_idx();
   for (int i0 = 0; i0 < ti->lanes; i0 += 16) {
     __m512 mold = _mm512_loadu_ps(m + i0), mx = mold;
     if (plain) {
@@ -98,7 +109,7 @@ void attn__bf16_softmax(float *S, int nj, const cpu_tile_info *ti, float sscale,
           s0 = _mm512_add_ps(s0, p[r]);
         }
       }
-      store_p32(P, i0, jb, p, pair_idx);
+      store_pairs32(P, NULL, nj, i0, jb, p, idx);
     }
     __m512 a = exp2_ps(_mm512_sub_ps(mold, mu));
     _mm512_storeu_ps(alpha + i0, a);
@@ -215,9 +226,7 @@ void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
 void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
                         const float *delta, float factor, uint16_t *dSt, uint16_t *dS) {
   const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps();
-  uint16_t ix[32];
-  for (int t = 0; t < 16; t++) ix[2 * t] = (uint16_t)t, ix[2 * t + 1] = (uint16_t)(16 + t);
-  const __m512i pair_idx = _mm512_loadu_si512(ix);
+  const __m512i idx = pair_idx();
   for (int i0 = 0; i0 < lanes; i0 += 16) {
     const __m512 dl = _mm512_loadu_ps(delta + i0);
     for (int jb = 0; jb < nj; jb += 32) {
@@ -237,19 +246,7 @@ void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int l
         r[c] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
         _mm512_storeu_ps(dP + e, r[c]);
       }
-      /* keys 2t, 2t + 1 as bf16 in one conversion: their dS^T rows (halves), and a word a
-       * lane for the transpose into dS rows (as store_p32) */
-      __m512 w[16];
-      for (int t = 0; t < 16; t++) {
-        const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(r[2 * t + 1], r[2 * t]);
-        const int j = jb + 2 * t;
-        if (j < nj) _mm256_storeu_si256((__m256i *)(dSt + j * CPU_BR + i0), _mm512_castsi512_si256(v));
-        if (j + 1 < nj)
-          _mm256_storeu_si256((__m256i *)(dSt + (j + 1) * CPU_BR + i0), _mm512_extracti64x4_epi64(v, 1));
-        w[t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pair_idx, v));
-      }
-      transpose16(w); /* w[c]: lane i0 + c, key pairs jb/2 .. jb/2 + 15 */
-      for (int c = 0; c < 16; c++) _mm512_storeu_ps(dS + (size_t)(i0 + c) * CPU_BC + jb, w[c]);
+      store_pairs32(dS, dSt, nj, i0, jb, r, idx); /* dS rows, and dS^T rows as bf16 */
     }
   }
   if ((lanes + 31) / 32 * 32 > lanes)
