@@ -2,8 +2,8 @@
  * and later, Intel Cooper Lake and Sapphire Rapids), for CPUs without AMX: the same
  * operands as the AMX tiles (B as bf16 pairs, [K/2][N][2]) and the same roundings (P and
  * dS in bf16, float32 accumulation), so the forward and backward of tile_bf16.c run on
- * them unchanged. A vdpbf16ps does 32 multiply-adds, twice an FMA's 16 (measured here,
- * Zen 4: 232 vs 115 GFLOP/s a core in a register-only loop).
+ * them unchanged. A vdpbf16ps does 32 multiply-adds, twice an FMA's 16 (measured on the
+ * 2-core AMD EPYC dev VM: 232 vs 115 GFLOP/s a core in a register-only loop).
  *
  * A micro-tile is MR rows x NV vectors of 16 columns (6 x 4: 24 accumulators, 4 B
  * vectors, A pairs broadcast as 32-bit words); one step takes a pair of K. Compiled with
