@@ -24,6 +24,6 @@ void attn__bf16_pv(float *O, int D, const uint16_t *P, const uint16_t *vv, const
 void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
                       const float *lse2, float *T, uint16_t *Pt);
 void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
-                        const float *delta, float factor, uint16_t *dSt, uint16_t *dS);
+                        const float *delta, float factor, int keep, uint16_t *dSt, uint16_t *dS);
 
 #endif

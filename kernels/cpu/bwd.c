@@ -178,7 +178,7 @@ static void bf16_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int
   bf->scores(w->s, k, pb->k.ss, nj, w->qv + tq, lanes, Dqk, w->kpad);
   bf->probs(w->s, nj, &w->ti, attn__cpu_q_scale(pb), w->lse2 + t * CPU_BR, T, w->pt);
   bf->scores(w->dp, v, pb->v.ss, nj, w->dov + tv, lanes, Dv, w->kpad);
-  bf->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale, w->dst, w->ds);
+  bf->dscores(w->dp, w->s, T, nj, lanes, w->dl + t * CPU_BR, pb->scale, safe, w->dst, w->ds);
   bf->gemm(w->dvacc, Dv, w->pt, CPU_BR, w->don + tv, nj16, Dv, l32);  /* dV += P^T dO */
   bf->gemm(w->dkacc, Dqk, w->dst, CPU_BR, w->qn + tq, nj16, Dqk, l32); /* dK += dS^T Q */
   if (!safe) {

@@ -146,11 +146,11 @@ typedef struct {
    * in lanes whose lse2 is +inf (unused) and in lanes [lanes, lanes rounded up to 32). */
   void (*probs)(float *S, int nj, const cpu_tile_info *ti, float sscale, const float *lse2,
                 float *T, uint16_t *Pt);
-  /* dP^T → dS^T in place as dscores does, and as bf16 both ways: dSt [nj][CPU_BR] (lanes
-   * to a multiple of 32, zero past lanes) and dS [CPU_BR][CPU_BC] (lanes' rows, keys to a
-   * multiple of 32, zero past nj). */
+  /* dP^T → dS^T as bf16 both ways: dSt [nj][CPU_BR] (lanes to a multiple of 32, zero past
+   * lanes) and dS [CPU_BR][CPU_BC] (lanes' rows, keys to a multiple of 32, zero past nj);
+   * keep: also dS^T in float32 into dP in place, as dscores does (the safe dQ reads it). */
   void (*dscores)(float *dP, const float *P, const float *T, int nj, int lanes,
-                  const float *delta, float factor, uint16_t *dSt, uint16_t *dS);
+                  const float *delta, float factor, int keep, uint16_t *dSt, uint16_t *dS);
 } cpu_bf16_ops;
 
 /* NULL when the CPU has no AMX-BF16 or the kernel does not grant its tile state. */

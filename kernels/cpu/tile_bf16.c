@@ -205,6 +205,20 @@ void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
   const __m512 ninf = _mm512_set1_ps(-INFINITY), pinf = _mm512_set1_ps(INFINITY);
   const __m512 sc = _mm512_set1_ps(sscale);
   const int lanes = ti->lanes, pad = (lanes + 31) / 32 * 32 > lanes;
+  if (ti->softcap2 <= 0.0f && !ti->alibi && !ti->partial) { /* no transform, nothing masked */
+    for (int j = 0; j < nj; j++) {
+      for (int i0 = 0; i0 < lanes; i0 += 16) {
+        float *row = S + j * CPU_BR + i0;
+        const __m512 l2 = _mm512_loadu_ps(lse2 + i0);
+        __m512 p = exp2_neg_ps(_mm512_fmsub_ps(_mm512_loadu_ps(row), sc, l2));
+        p = _mm512_mask_mov_ps(p, _mm512_cmpeq_ps_mask(l2, pinf), _mm512_setzero_ps());
+        _mm512_storeu_ps(row, p);
+        store_bf16(Pt + j * CPU_BR + i0, p);
+      }
+      if (pad) store_bf16(Pt + j * CPU_BR + lanes, _mm512_setzero_ps());
+    }
+    return;
+  }
   for (int j = 0; j < nj; j++) {
     for (int i0 = 0; i0 < lanes; i0 += 16) {
       float *row = S + j * CPU_BR + i0;
@@ -224,7 +238,7 @@ void attn__bf16_probs(float *S, int nj, const cpu_tile_info *ti, float sscale,
 }
 
 void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int lanes,
-                        const float *delta, float factor, uint16_t *dSt, uint16_t *dS) {
+                        const float *delta, float factor, int keep, uint16_t *dSt, uint16_t *dS) {
   const __m512 f = _mm512_set1_ps(factor), one = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps();
   const __m512i idx = pair_idx();
   for (int i0 = 0; i0 < lanes; i0 += 16) {
@@ -244,7 +258,7 @@ void attn__bf16_dscores(float *dP, const float *P, const float *T, int nj, int l
           ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
         }
         r[c] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, z, _CMP_NEQ_UQ), ds);
-        _mm512_storeu_ps(dP + e, r[c]);
+        if (keep) _mm512_storeu_ps(dP + e, r[c]);
       }
       store_pairs32(dS, dSt, nj, i0, jb, r, idx); /* dS rows, and dS^T rows as bf16 */
     }
