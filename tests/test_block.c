@@ -381,6 +381,9 @@ static void run_cases(uint64_t seed) {
   run((tc_case){.name = "decode GQA alibi", .B = 1, .Sq = 3, .Skv = 900, .Hq = 6, .Hkv = 2,
                 .Dqk = 64, .causal = 1, .alibi = 1, .softcap = 3.0f, .bhsd = 1},
       seed++);
+  run((tc_case){.name = "rows, Dv > 64", .B = 1, .Sq = 7, .Skv = 7, .Hq = 6, .Hkv = 3,
+                .Dqk = 128},
+      seed++);
 }
 
 int main(void) {

@@ -30,7 +30,8 @@ typedef struct {
  * (u = 30, narrow tiles), 50 rows fitting 2 heads of a group of 3 (packs of 2 + 1), 3 rows
  * of a group of 4 (u = 12: rows), 17 rows of a group of 2 (tiles on both sides of the
  * pair, rows with varlen), 2 rows of a group of 8 (u = 16, the most the row kernels take;
- * the MHA side packs 8 groups of 2 lanes). */
+ * the MHA side packs 8 groups of 2 lanes); Dv past 64 with a last lane group of 1 or 2
+ * (u = 5 and 6: the row kernels' P·V visits 64 columns at a time, every group alike). */
 static const short_shape shapes[] = {
     {2, 1, 700, 8, 2, 64, 64, {1, 0, 0}, {300, 400, 0}, 1},
     {1, 1, 1000, 8, 1, 128, 128, {1, 0, 0}, {1, 999, 0}, 1},
@@ -39,6 +40,8 @@ static const short_shape shapes[] = {
     {1, 3, 500, 8, 2, 64, 32, {1, 2, 0}, {200, 300, 0}, 0},
     {1, 17, 400, 4, 2, 48, 48, {4, 0, 3}, {100, 100, 200}, 1},
     {1, 2, 600, 16, 2, 64, 64, {1, 1, 0}, {250, 350, 0}, 1},
+    {1, 5, 300, 2, 2, 128, 128, {2, 0, 3}, {100, 0, 200}, 0},
+    {1, 2, 400, 6, 2, 64, 96, {1, 0, 1}, {150, 50, 200}, 0},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 

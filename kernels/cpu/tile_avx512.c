@@ -485,17 +485,22 @@ static void softmax_rows_avx512(float *S, int nj, int u, const cpu_tile_info *ti
   }
 PV_ROWS_KERNEL(1, 8)
 PV_ROWS_KERNEL(2, 8)
+PV_ROWS_KERNEL(1, 4)
+PV_ROWS_KERNEL(2, 4)
 PV_ROWS_KERNEL(3, 4)
 PV_ROWS_KERNEL(4, 4)
 
-/* Lane groups of up to 4 over column chunks (128 columns for 1-2 lanes, 64 for 3-4);
- * the first group of the first chunk brings pf in. */
+/* Lane groups of up to 4 over column chunks (128 columns when there are 1-2 lanes, else
+ * 64, for every group: a chunk's columns are visited once, as each visit rescales O by
+ * alpha); the first group of the first chunk brings pf in. */
 static void pv_rows_avx512(float *O, int64_t ldo, const float *V, int64_t ldv, int nj,
                            const float *P, int u, int D, const float *alpha,
                            const cpu_prefetch *pf) {
   typedef void (*pv_fn)(PV_ARGS);
-  static const pv_fn by_lanes[4] = {pv_rows_1x8, pv_rows_2x8, pv_rows_3x4, pv_rows_4x4};
+  static const pv_fn wide[2] = {pv_rows_1x8, pv_rows_2x8}; /* 128 columns */
+  static const pv_fn narrow[4] = {pv_rows_1x4, pv_rows_2x4, pv_rows_3x4, pv_rows_4x4}; /* 64 */
   const int cols = u <= 2 ? 128 : 64;
+  const pv_fn *by_lanes = u <= 2 ? wide : narrow;
   const int64_t vb = ldv * (int64_t)sizeof(float);
   for (int d0 = 0; d0 < D; d0 += cols)
     for (int L0 = 0; L0 < u; L0 += 4) {
