@@ -46,6 +46,13 @@ static void sweep_shapes(void) {
                 .window = 1, .wl = 70, .wr = 10, .bwd = 1, .bhsd = 1});
   run((tc_case){.name = "long window", .B = 1, .Sq = 2048, .Skv = 2048, .Hq = 2, .Hkv = 1,
                 .Dqk = 64, .causal = 1, .window = 1, .wl = 100, .wr = 0, .bwd = 1});
+  /* Every short-tile lane count (the row kernels take up to 16 lanes, in groups of 1-4
+   * over column chunks; a GQA group of 3 packs its heads) at Dv past 64, against three
+   * key tiles (the second rescales what the first wrote). */
+  for (int sq = 1; sq <= 17; sq++)
+    for (int g = 0; g < 2; g++)
+      run((tc_case){.name = "lanes", .B = 1, .Sq = sq, .Skv = 300, .Hq = g ? 3 : 1, .Hkv = 1,
+                    .Dqk = 64, .Dv = g ? 80 : 128, .causal = sq & 1, .bwd = sq % 4 == 0});
 }
 
 /* Every head dim class: 1, odd, the fast paths, 72, 256, and Dqk != Dv both ways. */
