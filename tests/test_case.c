@@ -401,6 +401,42 @@ tc_case tc_flags_case(tc_case c, int m, const int32_t *lq, const int32_t *lkv) {
   return c;
 }
 
+tu_rng tc_random_rng(int *count, int dflt) {
+  const char *seed = getenv("ATTN_TEST_SEED"), *n = getenv("ATTN_TEST_COUNT");
+  *count = n ? atoi(n) : dflt;
+  /* seeds k and k + 1 must not give overlapping streams (tu_rng_make's states are one
+   * step apart): spread them */
+  return tu_rng_make((seed ? strtoull(seed, NULL, 10) : 20261203) * 0xD1B54A32D192ED03ull);
+}
+
+static int64_t pick(tu_rng *r, const int64_t *v, int n) { return v[tu_randint(r, 0, n - 1)]; }
+
+tc_case tc_random_case(tu_rng *r, int32_t lq[4], int32_t lkv[4]) {
+  static const int64_t lens[] = {1, 2, 3, 5, 6, 7, 9, 10, 13, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 257, 300};
+  static const int64_t dims[] = {8, 16, 24, 32, 48, 64, 80, 96, 128, 256};
+  const int nl = (int)(sizeof lens / sizeof lens[0]), nd = (int)(sizeof dims / sizeof dims[0]);
+  tc_case c = {.name = "random", .B = tu_randint(r, 1, 3), .Hkv = (int)tu_randint(r, 1, 3)};
+  c.Hq = c.Hkv * (int)tu_randint(r, 1, 4);
+  c.Sq = pick(r, lens, nl);
+  c.Skv = tu_randint(r, 0, 2) ? c.Sq : pick(r, lens, nl);
+  c.Dqk = (int)pick(r, dims, nd);
+  c.Dv = tu_randint(r, 0, 2) ? 0 : (int)pick(r, dims, nd);
+  c.causal = (int)tu_randint(r, 0, 1);
+  if (tu_randint(r, 0, 3) == 0) c.window = 1, c.wl = tu_randint(r, -1, 80), c.wr = tu_randint(r, -1, 40);
+  if (tu_randint(r, 0, 4) == 0) c.softcap = 2.0f, c.amp = 2.0;
+  c.sinks = tu_randint(r, 0, 3) == 0;
+  c.alibi = tu_randint(r, 0, 3) == 0;
+  c.bhsd = (int)tu_randint(r, 0, 1);
+  c.bwd = tu_randint(r, 0, 2) == 0;
+  c.dtype = tu_randint(r, 0, 2) ? ATTN_BF16 : ATTN_F16;
+  if (tu_randint(r, 0, 5) == 0) {
+    c.nseq = 4, c.lq = lq, c.lkv = lkv;
+    for (int i = 0; i < 4; i++) lq[i] = (int32_t)tu_randint(r, 0, 150), lkv[i] = (int32_t)tu_randint(r, 0, 150);
+  }
+  if (tu_randint(r, 0, 5) == 0) c.bq = (int)tu_randint(r, 1, 96), c.bk = (int)tu_randint(r, 1, 96);
+  return c;
+}
+
 int tc_run(attn_ctx_t ctx, const tc_case *c) {
   tc_prob P;
   tc_out out;

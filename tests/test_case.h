@@ -99,6 +99,13 @@ void tc_describe(const tc_case *c, char *buf, size_t n);
  * none when causal) and BHSD views, 2 softcap 1.5 (amp 2), 3 sinks, 4 ALiBi, 5 varlen (3
  * sequences, lengths lq / lkv), 6 a 32x48 block mask. */
 tc_case tc_flags_case(tc_case shape, int m, const int32_t *lq, const int32_t *lkv);
+/* A random problem: sizes around the tiles and the row kernels, head dims, GQA, every flag,
+ * varlen (4 sequences, some empty, lengths written to lq / lkv), block masks, BHSD views,
+ * bf16 or f16 storage, the backward one time in three. */
+tc_case tc_random_case(tu_rng *r, int32_t lq[4], int32_t lkv[4]);
+/* The random cases' generator, seeded by ATTN_TEST_SEED (default 20261203); *count =
+ * ATTN_TEST_COUNT, else dflt. */
+tu_rng tc_random_rng(int *count, int dflt);
 
 /* One case start to end: init, library, oracle, compare. Returns 1 on pass. */
 int tc_run(attn_ctx_t ctx, const tc_case *c);

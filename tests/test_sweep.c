@@ -1,7 +1,7 @@
 /* test_sweep.c — library vs float64 oracle over shapes, head dims and every mask flag,
  * forward and backward, with random inputs and poisoned outputs.
- * Usage: test_sweep shapes|dims|flags|flags_scalar|masks (one ctest entry each;
- * flags_scalar runs the flag sweep on the forced scalar path). */
+ * Usage: test_sweep shapes|dims|flags|flags_scalar|masks|random (one ctest entry each;
+ * flags_scalar runs the flag sweep on the forced scalar path; random: random problems). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,10 +119,28 @@ static void sweep_masks(void) {
                 .causal = 1, .alibi = 1, .bwd = 1});
 }
 
+/* Random problems (tc_random_case) on a context of 1-7 threads, the scalar path now and
+ * then; bf16 with the float32 arithmetic (cfg.cpu_amx = -1: tc_check's bound is that
+ * path's; test_bf16_tiles random judges the tile units). ATTN_TEST_SEED picks another set
+ * and ATTN_TEST_COUNT its size (default 160). */
+static void sweep_random(void) {
+  int total;
+  tu_rng r = tc_random_rng(&total, 160);
+  int32_t lq[4], lkv[4];
+  for (int n = 0; n < total; n++) {
+    tc_case c = tc_random_case(&r, lq, lkv);
+    c.dtype = (int)tu_randint(&r, 0, 1) ? c.dtype : ATTN_F32;
+    attn_ctx_t rc = tc_ctx_amx(tu_randint(&r, 0, 7) == 0, (int)tu_randint(&r, 1, 7), -1);
+    c.seed = next_seed++;
+    if (!tc_run(rc, &c)) fprintf(stderr, "  ^ random problem %d (ATTN_TEST_SEED picks the set)\n", n);
+    attn_ctx_destroy(rc);
+  }
+}
+
 int main(int argc, char **argv) {
   static const tu_part parts[] = {{"shapes", sweep_shapes}, {"dims", sweep_dims},
                                   {"flags", sweep_flags},   {"flags_scalar", sweep_flags},
-                                  {"masks", sweep_masks}};
+                                  {"masks", sweep_masks},   {"random", sweep_random}};
   ctx = tc_ctx(argc > 1 && !strcmp(argv[1], "flags_scalar"), 2);
   printf("backend %s\n", attn_ctx_backend_name(ctx));
   int rc = tu_run_parts("test_sweep", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]));

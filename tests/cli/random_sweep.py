@@ -7,6 +7,7 @@ tp, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an er
 that tp does not divide) is counted, not failed. Each run prints its command, so a
 failure reproduces as it stands; the seed picks the problems.
     random_sweep.py --attnrun PATH [--mpiexec PATH] [--seed N] [--count N] [--max-ranks P]
+                    [--backend cpu|cuda] [--small]
 Exit status: 0 every run passed, 1 some failed, 2 bad arguments."""
 import argparse
 import os
@@ -16,17 +17,25 @@ import sys
 import time
 
 
-def problem(rng, max_ranks):
-    """(ranks, attnrun flags) of one random problem."""
+def problem(rng, max_ranks, cuda, small):
+    """(ranks, attnrun flags) of one random problem; cuda: the head dims the CUDA kernels
+    take; small: sizes an emulated device runs in seconds."""
     hkv = rng.choice([1, 2, 3, 4])
     hq = hkv * rng.choice([1, 2, 3])
-    d = rng.choice([16, 32, 48, 64, 80, 96, 128, 256])
-    dv = rng.choice([d, d, 32, 64, 128])
+    if cuda:
+        d, dv = rng.choice([(64, 64), (128, 128), (128, 128), (256, 256), (192, 128)])
+    else:
+        d = rng.choice([16, 32, 48, 64, 80, 96, 128, 256])
+        dv = rng.choice([d, d, 32, 64, 128])
     sq = rng.choice([1, 2, 3, 4, 5, 6, 7, 9, 10, 13, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 257, 513])
     skv = rng.choice([sq, sq, sq, 1, 5, 100, 128, 129, 300, 1024])
     batch = rng.choice([1, 1, 2, 3])
+    if small:
+        sq, skv, batch, hkv, hq = min(sq, 129), min(skv, 300), min(batch, 2), min(hkv, 2), min(hq, 4)
+        hq -= hq % hkv
     f = ["--seq", str(sq), "--seq-kv", str(skv), "--heads", str(hq), "--kv-heads", str(hkv),
-         "--head-dim", str(d), "--head-dim-v", str(dv), "--dtype", rng.choice(["f32", "f32", "bf16", "f16"])]
+         "--head-dim", str(d), "--head-dim-v", str(dv),
+         "--dtype", rng.choice(["bf16", "bf16", "f16", "f32"] if cuda else ["f32", "f32", "bf16", "f16"])]
     if rng.random() < 0.5:
         f.append("--causal")
     if rng.random() < 0.3:
@@ -40,7 +49,7 @@ def problem(rng, max_ranks):
         f += ["--scale", "0.3"]
     if rng.random() < 0.5:
         f.append("--bwd")
-    if rng.random() < 0.1:
+    if rng.random() < 0.1 and not cuda:
         f.append("--scalar")
     if rng.random() < 0.15 and sq == skv and sq >= 3:
         f += ["--varlen", str(rng.choice([2, 3]))]
@@ -66,13 +75,15 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=30)
     ap.add_argument("--max-ranks", type=int, default=4, help="0 or 1: one rank only")
     ap.add_argument("--timeout", type=float, default=240, help="seconds a run may take")
+    ap.add_argument("--backend", default="cpu", help="cpu | cuda (a GPU, or the emulator's attnrun_emu_cli)")
+    ap.add_argument("--small", action="store_true", help="sizes an emulated device runs in seconds")
     a = ap.parse_args(argv)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     rng = random.Random(a.seed)
     counts = {"passed": 0, "refused": 0, "failed": 0}
     for i in range(a.count):
-        ranks, f = problem(rng, max(a.max_ranks, 1))
-        f += ["--check", "8", "--iters", "1", "--warmup", "0", "--backend", "cpu"]
+        ranks, f = problem(rng, max(a.max_ranks, 1), a.backend == "cuda", a.small)
+        f += ["--check", "8", "--iters", "1", "--warmup", "0", "--backend", a.backend]
         if ranks > 1:
             cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none",
                    "--timeout", str(int(a.timeout)), a.attnrun] + f + ["--threads", "1", "--timeout", "60"]
