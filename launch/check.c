@@ -2,7 +2,8 @@
  * (kernels/ref). The oracle reads inputs through problem_fetch, i.e. over the full
  * sequence (regenerating or reading rows it does not hold), so a rank holding a shard of
  * rows and heads checks its rows; the oracle's row functions visit only visible keys. An element is wrong when
- * |out - ref| > tol * max|ref| (max over the sampled elements of that tensor). */
+ * |out - ref| > tol * max|ref| (max over the sampled elements of that tensor; for the LSE,
+ * a log, at least 1). */
 #include "check.h"
 
 #include <math.h>
@@ -60,13 +61,13 @@ static double elem_err(float got, double ref) {
 
 /* Fills t from got/ref (n rows of dim elements, rows described by ids). */
 void check_compare(check_tensor *t, const char *name, const float *got, const double *ref,
-                   int64_t n, int64_t dim, const check_row *ids, double tol) {
+                   int64_t n, int64_t dim, const check_row *ids, double tol, double min_scale) {
   t->used = 1;
   t->tol = tol;
   t->count = n * dim;
   for (int64_t e = 0; e < n * dim; e++)
     if (isfinite(ref[e]) && fabs(ref[e]) > t->max_ref) t->max_ref = fabs(ref[e]);
-  double denom = t->max_ref > 0 ? t->max_ref : 1.0;
+  double denom = t->max_ref > min_scale ? t->max_ref : min_scale > 0 ? min_scale : 1.0;
   t->worst_err = -1;
   for (int64_t e = 0; e < n * dim; e++) {
     double err = elem_err(got[e], ref[e]);
@@ -130,9 +131,9 @@ static void check_query_rows(check_ctx *c, int64_t n, check_report *out) {
     }
   }
   check_tol tol = check_tolerance(p->dtype);
-  check_compare(&out->t[CK_O], "O", g_o, r_o, n, c->dv, ids, tol.fwd);
-  check_compare(&out->t[CK_LSE], "LSE", g_l, r_l, n, 1, ids, tol.lse);
-  if (bwd) check_compare(&out->t[CK_DQ], "dQ", g_dq, r_dq, n, c->dqk, ids, tol.bwd);
+  check_compare(&out->t[CK_O], "O", g_o, r_o, n, c->dv, ids, tol.fwd, 0.0);
+  check_compare(&out->t[CK_LSE], "LSE", g_l, r_l, n, 1, ids, tol.lse, 1.0);
+  if (bwd) check_compare(&out->t[CK_DQ], "dQ", g_dq, r_dq, n, c->dqk, ids, tol.bwd, 0.0);
   free(ids), free(g_o), free(g_l), free(r_o), free(r_l), free(g_dq), free(r_dq);
 }
 
@@ -152,8 +153,8 @@ static void check_key_rows(check_ctx *c, int64_t n, check_report *out) {
     memcpy(g_dv + k * c->dv, c->r->dv + k_index(c, id, c->dv), (size_t)c->dv * sizeof(float));
   }
   double tol = check_tolerance(p->dtype).bwd;
-  check_compare(&out->t[CK_DK], "dK", g_dk, r_dk, n, c->dqk, ids, tol);
-  check_compare(&out->t[CK_DV], "dV", g_dv, r_dv, n, c->dv, ids, tol);
+  check_compare(&out->t[CK_DK], "dK", g_dk, r_dk, n, c->dqk, ids, tol, 0.0);
+  check_compare(&out->t[CK_DV], "dV", g_dv, r_dv, n, c->dv, ids, tol, 0.0);
   free(ids), free(g_dk), free(g_dv), free(r_dk), free(r_dv);
 }
 
@@ -181,7 +182,7 @@ static void check_dsinks(check_ctx *c, check_report *out) {
       }
   }
   check_compare(&out->t[CK_DSINKS], "dsinks", c->r->dsinks, ref, hn, 1, ids,
-                check_tolerance(p->dtype).bwd);
+                check_tolerance(p->dtype).bwd, 0.0);
   free(ref), free(scratch), free(ids);
 }
 

@@ -48,10 +48,12 @@ typedef struct {
   int64_t b, s, h;
 } check_row;
 
-/* Compares n rows of dim elements (got vs ref) into t; the worst element is described
- * with the row's ids. */
+/* Compares n rows of dim elements (got vs ref) into t: wrong when off by more than
+ * tol x max(max|ref|, min_scale) (max|ref| 0: 1); the worst element is described with the
+ * row's ids. min_scale 1 for the LSE, a log: its float32 error is absolute (a one-key row's
+ * LSE is its score, maybe near 0), else 0. */
 void check_compare(check_tensor *t, const char *name, const float *got, const double *ref,
-                   int64_t n, int64_t dim, const check_row *ids, double tol);
+                   int64_t n, int64_t dim, const check_row *ids, double tol, double min_scale);
 
 /* Totals (wrong, max errors) from the tensors of out. */
 void check_summarize(check_report *out);
