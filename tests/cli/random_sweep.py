@@ -7,7 +7,7 @@ tp, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an er
 that tp does not divide) is counted, not failed. Each run prints its command, so a
 failure reproduces as it stands; the seed picks the problems.
     random_sweep.py --attnrun PATH [--mpiexec PATH] [--seed N] [--count N] [--max-ranks P]
-                    [--backend cpu|cuda] [--small]
+                    [--backend cpu|cuda] [--small] [--seconds S]
 Exit status: 0 every run passed, 1 some failed, 2 bad arguments."""
 import argparse
 import os
@@ -77,11 +77,16 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=240, help="seconds a run may take")
     ap.add_argument("--backend", default="cpu", help="cpu | cuda (a GPU, or the emulator's attnrun_emu_cli)")
     ap.add_argument("--small", action="store_true", help="sizes an emulated device runs in seconds")
+    ap.add_argument("--seconds", type=float, default=0, help="start no run after this many seconds (0: no limit)")
     a = ap.parse_args(argv)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     rng = random.Random(a.seed)
     counts = {"passed": 0, "refused": 0, "failed": 0}
+    start, ran = time.time(), 0
     for i in range(a.count):
+        if a.seconds and time.time() - start > a.seconds:
+            break
+        ran += 1
         ranks, f = problem(rng, max(a.max_ranks, 1), a.backend == "cuda", a.small)
         f += ["--check", "8", "--iters", "1", "--warmup", "0", "--backend", a.backend]
         if ranks > 1:
@@ -91,7 +96,8 @@ def main(argv=None):
             cmd = [a.attnrun] + f + ["--threads", str(rng.choice([1, 2, 3]))]
         t0 = time.time()
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout + 30)
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               timeout=a.timeout + (30 if ranks > 1 else 0))
             rc, out = p.returncode, p.stdout + p.stderr
         except subprocess.TimeoutExpired as e:
             rc, out = "timeout", e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
@@ -104,7 +110,7 @@ def main(argv=None):
         elif verdict == "failed":
             print("\n".join("    " + l for l in out.strip().splitlines()[-30:]), flush=True)
     print(f"random_sweep seed {a.seed}: {counts['passed']} passed, {counts['refused']} refused "
-          f"(exit 2), {counts['failed']} failed of {a.count}")
+          f"(exit 2), {counts['failed']} failed of {ran}" + (f" (of {a.count}: --seconds)" if ran < a.count else ""))
     return 1 if counts["failed"] else 0
 
 

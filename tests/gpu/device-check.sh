@@ -4,8 +4,8 @@
 # CUDA part alone from tests/gpu/standalone), the ptxas spill check, every CUDA test
 # (ctest -L gpu, the MPI/NCCL ones included), the benchmark side by side with PyTorch SDPA
 # (flash, cuDNN; the sm90 rows only once the Hopper tests passed), then as the budget
-# allows the generic tests again with ATTN_CUDA_HOPPER=1 and compute-sanitizer memcheck
-# and racecheck on small shapes. Every stage is timed and `timeout`-wrapped; a failing
+# allows the generic tests again with ATTN_CUDA_HOPPER=1, compute-sanitizer memcheck
+# and racecheck on small shapes, and random problems through attnrun. Every stage is timed and `timeout`-wrapped; a failing
 # stage is recorded and the script goes on. Ends with a summary table.
 #
 # How a GPU session calls it: first, on the CPU machine, `bash tests/gpu/bundle.sh` (builds
@@ -324,6 +324,11 @@ if [ -n "$SANITIZER" ]; then
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
+# Random problems through attnrun --backend cuda (the default kernels), each against the
+# float64 oracle, for what time is left; the log has each command (tests/cli/random_sweep.py).
+STAGE_NOTE="random_sweep.py, seed = day of the year, 1 rank"
+stage random 75 python3 "$ROOT/tests/cli/random_sweep.py" --attnrun "$BUILD/launch/attnrun" --backend cuda \
+  --max-ranks 1 --count 200 --seconds 50 --timeout 20 --seed "$((10#$(date +%j)))"
 
 # ---- 4. summary ---------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))
