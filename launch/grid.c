@@ -86,7 +86,8 @@ static int check_sizes(const run_args *a, const attn_spec *s, int ranks, const g
   return 0;
 }
 
-static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_kv, grid *g) {
+static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t seq_kv,
+                          grid *g) {
   const char *why;
   int64_t chunk = seq_kv / (2 * (int64_t)g->cp);
   if (a->given & GIVEN_LAYOUT) {
@@ -99,6 +100,9 @@ static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_kv,
     g->layout = ATTN_LAYOUT_CONTIGUOUS;
     why = "causal, but the window is shorter than a zigzag chunk: the contiguous cut is "
           "balanced already and needs only the neighbour's keys";
+  } else if (s->causal && (seq_q < 2 * (int64_t)g->cp || seq_kv < 2 * (int64_t)g->cp)) {
+    g->layout = ATTN_LAYOUT_CONTIGUOUS;
+    why = "causal, but the sequence has fewer rows than zigzag's 2cp chunks";
   } else if (s->causal) {
     g->layout = ATTN_LAYOUT_ZIGZAG;
     why = "causal: zigzag (chunks i and 2cp-1-i) balances the triangle";
@@ -147,7 +151,7 @@ int grid_choose(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t se
   }
   choose_sizes(a, s, seq_kv, ranks, g);
   if (check_sizes(a, s, ranks, g, err, errlen)) return -1;
-  choose_layout(a, s, seq_kv, g);
+  choose_layout(a, s, seq_q, seq_kv, g);
   if (check_rows(g, seq_q, seq_kv, err, errlen)) return -1;
   g->tp_rank = rank % g->tp;
   g->cp_rank = rank / g->tp;

@@ -154,8 +154,13 @@ cli_mpi(mpi_cli_grid_heads_np4 4 2 --mode tp --heads 6 STDERR "--heads 6 is not 
         MAX_S 20)
 cli_mpi(mpi_cli_grid_kv_heads_np4 4 2 --mode tp --heads 12 --kv-heads 3 --seq 64
         STDERR "--kv-heads 3 cannot be shared by tp=4" MAX_S 20)
-cli_mpi(mpi_cli_grid_short_seq_np4 4 2 --mode ring --seq 6 --causal STDERR "shorter than the 8 chunks"
-        MAX_S 20)
+cli_mpi(mpi_cli_grid_short_seq_np4 4 2 --mode ring --seq 6 --causal --layout zigzag
+        STDERR "shorter than the 8 chunks" MAX_S 20)
+cli_mpi(mpi_cli_grid_short_seq_contig_np4 4 2 --mode ring --seq 3 --causal
+        STDERR "shorter than the 4 chunks" MAX_S 20)
+# Causal with fewer rows than zigzag's 2cp chunks: the default layout is contiguous.
+cli_mpi(mpi_cli_grid_short_causal_np4 4 0 --mode ring --seq 6 --causal --bwd --check 4 --iters 1
+        --warmup 0 STDOUT "layout contiguous \\(causal, but the sequence has fewer rows" MAX_S 60)
 cli_mpi(mpi_cli_refuse_np2 2 2 --backend cpu --seq 1M --heads 8 --head-dim 128 --causal
         STDOUT "# estimate: .*per forward call" STDERR "would take ~.*--window.*--force" MAX_S 30)
 
