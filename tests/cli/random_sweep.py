@@ -62,7 +62,7 @@ def problem(rng, max_ranks, cuda, small):
         f += ["--mode", rng.choice(["ring", "tp", "auto"])]
         if rng.random() < 0.3:
             f += ["--layout", rng.choice(["zigzag", "contiguous"])]
-        if rng.random() < 0.15:
+        if rng.random() < 0.15 and sq == skv:  # the layer is self-attention
             f += ["--d-model", str(hq * d)]
     return ranks, f
 
