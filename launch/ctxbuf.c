@@ -67,27 +67,39 @@ static attn_status put_bytes(attn_ctx_t ctx, const void *host, size_t bytes, voi
   return st == ATTN_OK ? attn_ctx_copy(ctx, *dev, host, bytes, ATTN_COPY_HOST_TO_CTX) : st;
 }
 
-/* The local spec with its arrays in device memory (offsets to this rank's heads kept). */
-static attn_status spec_arrays(ctx_tensors *t, const problem *p) {
-  const attn_spec *g = &p->spec;
+attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[5], attn_block_mask *bm,
+                        attn_spec *out) {
   size_t hq = (size_t)g->num_heads_q * sizeof(float), cu = (size_t)(g->num_seqs + 1) * sizeof(int32_t);
   attn_status st = ATTN_OK;
-  if (g->sinks && st == ATTN_OK) st = put_bytes(t->ctx, g->sinks, hq, &t->arrays[0]);
-  if (g->alibi_slopes && st == ATTN_OK) st = put_bytes(t->ctx, g->alibi_slopes, hq, &t->arrays[1]);
-  if (g->num_seqs && st == ATTN_OK) st = put_bytes(t->ctx, g->cu_seqlens_q, cu, &t->arrays[2]);
-  if (g->num_seqs && st == ATTN_OK) st = put_bytes(t->ctx, g->cu_seqlens_kv, cu, &t->arrays[3]);
+  *out = *g;
+  if (g->sinks && st == ATTN_OK) st = put_bytes(ctx, g->sinks, hq, &arrays[0]);
+  if (g->alibi_slopes && st == ATTN_OK) st = put_bytes(ctx, g->alibi_slopes, hq, &arrays[1]);
+  if (g->num_seqs && st == ATTN_OK) st = put_bytes(ctx, g->cu_seqlens_q, cu, &arrays[2]);
+  if (g->num_seqs && st == ATTN_OK) st = put_bytes(ctx, g->cu_seqlens_kv, cu, &arrays[3]);
   if (g->block_mask && st == ATTN_OK)
-    st = put_bytes(t->ctx, g->block_mask->mask,
-                   (size_t)(g->block_mask->num_q_blocks * g->block_mask->num_k_blocks), &t->arrays[4]);
+    st = put_bytes(ctx, g->block_mask->mask,
+                   (size_t)(g->block_mask->num_q_blocks * g->block_mask->num_k_blocks), &arrays[4]);
   if (st != ATTN_OK) return st;
-  if (g->sinks) t->spec.sinks = (const float *)t->arrays[0] + p->hq0;
-  if (g->alibi_slopes) t->spec.alibi_slopes = (const float *)t->arrays[1] + p->hq0;
-  if (g->num_seqs) t->spec.cu_seqlens_q = t->arrays[2], t->spec.cu_seqlens_kv = t->arrays[3];
+  if (g->sinks) out->sinks = arrays[0];
+  if (g->alibi_slopes) out->alibi_slopes = arrays[1];
+  if (g->num_seqs) out->cu_seqlens_q = arrays[2], out->cu_seqlens_kv = arrays[3];
   if (g->block_mask) {
-    t->bm = *g->block_mask;
-    t->bm.mask = t->arrays[4];
-    t->spec.block_mask = &t->bm;
+    *bm = *g->block_mask;
+    bm->mask = arrays[4];
+    out->block_mask = bm;
   }
+  return ATTN_OK;
+}
+
+/* The local spec with its arrays in device memory (offsets to this rank's heads kept). */
+static attn_status spec_arrays(ctx_tensors *t, const problem *p) {
+  attn_spec g;
+  attn_status st = ctxbuf_spec(t->ctx, &p->spec, t->arrays, &t->bm, &g);
+  if (st != ATTN_OK) return st;
+  if (g.sinks) t->spec.sinks = g.sinks + p->hq0;
+  if (g.alibi_slopes) t->spec.alibi_slopes = g.alibi_slopes + p->hq0;
+  if (g.num_seqs) t->spec.cu_seqlens_q = g.cu_seqlens_q, t->spec.cu_seqlens_kv = g.cu_seqlens_kv;
+  if (g.block_mask) t->spec.block_mask = g.block_mask;
   return ATTN_OK;
 }
 

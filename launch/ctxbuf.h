@@ -43,6 +43,12 @@ void ctxbuf_free(ctx_tensors *t);
  * host, where no GPU is). */
 int ctxbuf_wants_copies(attn_ctx_t ctx);
 
+/* The spec g with its arrays (sinks, ALiBi slopes, cu_seqlens, block-mask bytes) copied
+ * into ctx's memory: *out is g with those pointers (bm: the mask's header, which
+ * out->block_mask points to); arrays[5] are the copies, for attn_ctx_free (NULL: none). */
+attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[5], attn_block_mask *bm,
+                        attn_spec *out);
+
 /* n floats of host, converted to dtype t, into new context memory *dev. */
 attn_status ctxbuf_put(attn_ctx_t ctx, const float *host, int64_t n, attn_dtype t, void **dev);
 

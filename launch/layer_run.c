@@ -87,14 +87,20 @@ static attn_status alloc_all(layer_job *L, const problem *p, int bwd) {
 attn_status layer_setup(layer_job *L, const run_env *env, problem *p, const char **what) {
   const run_args *a = env->a;
   memset(L, 0, sizeof *L);
+  L->ctx = env->ctx;
   L->d_model = a->d_model;
   attn_layer_config cfg = ATTN_LAYER_CONFIG_INIT;
   cfg.d_model = a->d_model;
   cfg.spec = p->spec;
   cfg.layout = env->g->layout;
   cfg.attention_dtype = p->dtype; /* the run's dtype, as in plain attention */
+  attn_status st = ATTN_OK;
+  if (ctxbuf_wants_copies(env->ctx)) { /* the spec's arrays live where the tensors do */
+    *what = "copying the spec's arrays to the device";
+    st = ctxbuf_spec(env->ctx, &p->spec, L->spec_arrays, &L->bm, &cfg.spec);
+  }
   *what = "attn_layer_create";
-  attn_status st = attn_layer_create(&L->layer, env->grp, &cfg);
+  if (st == ATTN_OK) st = attn_layer_create(&L->layer, env->grp, &cfg);
   attn_layer_heads h;
   if (st == ATTN_OK) st = attn_layer_get_heads(L->layer, &h);
   if (st != ATTN_OK) return st;
@@ -414,6 +420,8 @@ void layer_free(layer_job *L) {
   attn_layer_destroy(L->layer);
   for (int i = 0; L->copies && i < LB_COUNT; i++)
     attn_ctx_free(L->ctx, L->ctx_buf[i]);
+  for (int i = 0; i < 5; i++)
+    if (L->spec_arrays[i]) attn_ctx_free(L->ctx, L->spec_arrays[i]);
   free(L->x), free(L->dy), free(L->y), free(L->dx);
   free(L->w_qkv), free(L->w_o), free(L->dw_qkv), free(L->dw_o);
   memset(L, 0, sizeof *L);

@@ -25,6 +25,8 @@ typedef struct {
   attn_ctx_t ctx;        /* on a device context: float32 copies of the buffers above */
   int copies;
   float *ctx_buf[LB_COUNT]; /* the buffers the layer calls see (copies, or the host's) */
+  void *spec_arrays[5];     /* on a device context: the spec's arrays there (ctxbuf_spec) */
+  attn_block_mask bm;
 } layer_job;
 
 /* Creates the layer (collective), sets p's heads from attn_layer_get_heads, allocates and

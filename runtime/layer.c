@@ -258,19 +258,37 @@ static attn_status check_heads(const attn_spec *s, int tp) {
   return ATTN_OK;
 }
 
-/* Self-attention: Q and K rows come from the same x, so the packings must be the same. */
-static attn_status check_varlen(const attn_spec *s) {
+/* Self-attention: Q and K rows come from the same x, so the packings must be the same.
+ * The arrays live where the context's tensors do: on a device, compared as host copies. */
+static attn_status check_varlen(attn_ctx_t ctx, const attn_spec *s) {
   if (s->num_seqs == 0) return ATTN_OK;
-  for (int32_t i = 0; i <= s->num_seqs; i++)
-    if (s->cu_seqlens_q[i] != s->cu_seqlens_kv[i])
-      return attn__fail(ATTN_ERR_INVALID_ARG,
-                        "cu_seqlens_q[%d]=%d != cu_seqlens_kv[%d]=%d: the layer is "
-                        "self-attention, so both must describe the same packing",
-                        i, s->cu_seqlens_q[i], i, s->cu_seqlens_kv[i]);
-  return ATTN_OK;
+  const size_t n = (size_t)s->num_seqs + 1;
+  const int32_t *cq = s->cu_seqlens_q, *ck = s->cu_seqlens_kv;
+  int32_t *host = NULL; /* [2][n] */
+  if (ctx->ops->device != ATTN_DEVICE_HOST) {
+    host = malloc(2 * n * sizeof *host);
+    if (!host) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "cu_seqlens host copies (%zu ints)", 2 * n);
+    attn_status st = ctx->ops->mem_copy(ctx, host, cq, n * sizeof *host, ATTN_COPY_CTX_TO_HOST);
+    if (st == ATTN_OK)
+      st = ctx->ops->mem_copy(ctx, host + n, ck, n * sizeof *host, ATTN_COPY_CTX_TO_HOST);
+    if (st != ATTN_OK) {
+      free(host);
+      return st;
+    }
+    cq = host, ck = host + n;
+  }
+  attn_status st = ATTN_OK;
+  for (int32_t i = 0; i <= s->num_seqs && st == ATTN_OK; i++)
+    if (cq[i] != ck[i])
+      st = attn__fail(ATTN_ERR_INVALID_ARG,
+                      "cu_seqlens_q[%d]=%d != cu_seqlens_kv[%d]=%d: the layer is "
+                      "self-attention, so both must describe the same packing",
+                      i, cq[i], i, ck[i]);
+  free(host);
+  return st;
 }
 
-static attn_status check_config(const attn_layer_config *c, int tp) {
+static attn_status check_config(attn_ctx_t ctx, const attn_layer_config *c, int tp) {
   if (c->d_model <= 0 || c->d_model > INT_MAX)
     return attn__fail(ATTN_ERR_INVALID_ARG, "d_model=%lld must be in 1..%d",
                       (long long)c->d_model, INT_MAX);
@@ -287,7 +305,7 @@ static attn_status check_config(const attn_layer_config *c, int tp) {
     return attn__fail(ATTN_ERR_INVALID_ARG, "layout=%d is not a layout (0 contiguous, 1 zigzag)",
                       (int)c->layout);
   ATTN_CHECK(check_heads(&c->spec, tp));
-  return check_varlen(&c->spec);
+  return check_varlen(ctx, &c->spec);
 }
 
 static void config_fingerprint(const attn_layer_config *c, attn__fingerprint *fp) {
@@ -361,7 +379,7 @@ attn_status attn_layer_create(attn_layer_t *out, attn_group_t grp, const attn_la
   L->grp = grp;
   L->rope_seq = -1;
   attn_status local = copy_config(cfg, &L->cfg);
-  if (local == ATTN_OK) local = check_config(&L->cfg, grp->info.tp_size);
+  if (local == ATTN_OK) local = check_config(grp->ctx, &L->cfg, grp->info.tp_size);
   L->adt = grp->ctx->ops->device == ATTN_DEVICE_HOST ? ATTN_F32 : ATTN_BF16;
   if (local == ATTN_OK && L->cfg.attention_dtype != ATTN_LAYER_DTYPE_AUTO) {
     L->adt = (attn_dtype)L->cfg.attention_dtype;

@@ -31,6 +31,10 @@ cli_emu(bwd_f16_varlen --dtype f16 --varlen 3 --seq 120 --heads 2 --head-dim 64 
         --check 8)
 cli_emu(fwd_f32_sparse --dtype f32 --seq 128 --heads 2 --head-dim 64 --causal --check 8
         --sparse local=1,stride=3,global=1,random=1,block=32)
+# the TP layer on a device with every spec array (varlen cu_seqlens, sinks, ALiBi slopes): the
+# CLI hands them over in device memory, the layer reads its varlen check through host copies
+cli_emu(layer_varlen_arrays --varlen 3 --seq 128 --heads 4 --kv-heads 2 --head-dim 128 --causal
+        --sinks --alibi --d-model 512 --bwd --check 4)
 # a decode step: Sq = 1 against a longer cache, GQA 8/2 (packed GQA and split-KV)
 cli_emu(fwd_decode --seq 1 --seq-kv 1500 --heads 8 --kv-heads 2 --head-dim 128 --causal --sinks
         --check 1)
