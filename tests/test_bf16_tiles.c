@@ -63,12 +63,7 @@ static int judge(tc_prob *P, const tc_out *out, const char *desc) {
  * error is as much luck as its rounding: one bf16 unit (2^-8) of the largest. */
 static double grad_floor = 0.0;
 
-static double floor_of(const double *ref, int64_t n) {
-  double m = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    if (isfinite(ref[i]) && fabs(ref[i]) > m) m = fabs(ref[i]);
-  return grad_floor * m;
-}
+static double floor_of(const double *ref, int64_t n) { return grad_floor * tu_max_abs(ref, n); }
 
 /* dQ, dK, dV of out by the 2x rule (plus float32 noise where gradients cancel), and every
  * gradient (dsinks too) by the bf16 tolerances of the CPU tests; 1 on pass. */
