@@ -338,6 +338,27 @@ ATTN_API attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec,
                                    const float *lse, const attn_tensor *dout, attn_tensor *dq,
                                    attn_tensor *dk, attn_tensor *dv, float *dsinks);
 
+/* Split-KV attention over this rank's CP group (context-parallel decode): every rank holds
+ * all query rows, the same on every rank — q [B, Sq, Hq, Dqk], o [B, Sq, Hq, Dv], lse
+ * [B, Hq, Sq] — and K/V are cut as attn_cp_shard_rows of seq_kv: k [B, Skv_loc, Hkv, Dqk],
+ * v [B, Skv_loc, Hkv, Dv]. Each rank folds its shard into a float32 state; the states are
+ * gathered (B*Hq*Sq*(Dv+2) floats each) and merged in rank order, so every rank gets
+ * bitwise the same O and LSE. Positions are global, as in the ring. For few query rows
+ * against many keys (decode, chunked prefill): K/V never travel. */
+ATTN_API attn_status attn_split_kv_fwd(attn_group_t grp, const attn_spec *spec,
+                                       attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                                       const attn_tensor *q, const attn_tensor *k,
+                                       const attn_tensor *v, attn_tensor *o, float *lse);
+/* dk, dv: this rank's shard; dq [B, Sq, Hq, Dqk] summed over the CP group and dsinks [Hq]
+ * (computed from the replicated O), both bitwise the same on every rank. */
+ATTN_API attn_status attn_split_kv_bwd(attn_group_t grp, const attn_spec *spec,
+                                       attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
+                                       const attn_tensor *q, const attn_tensor *k,
+                                       const attn_tensor *v, const attn_tensor *o,
+                                       const float *lse, const attn_tensor *dout,
+                                       attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                       float *dsinks);
+
 /* What the last ring call did, step by step (step 0 = the local block). On a CUDA context
  * the steps do not wait for the device; both times come from CUDA events on the context's
  * stream (read when the call ends): compute_s is the device time of the step's packing and

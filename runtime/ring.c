@@ -79,23 +79,8 @@ static attn_status fwd_alloc(fwd_run *run) {
   return attn_state_init(pl->ctx, &run->st);
 }
 
-/* Adds the last call's stats to sum; *computed: a tile ran. */
-static attn_status add_stats(attn_stats *sum, attn_ctx_t ctx, int *computed) {
-  attn_stats s;
-  ATTN_CHECK(attn__ctx_stats(ctx, &s));
-  sum->flops_computed += s.flops_computed;
-  sum->tiles_computed += s.tiles_computed;
-  sum->tiles_skipped += s.tiles_skipped;
-  if (s.tiles_computed > 0) *computed = 1;
-  return ATTN_OK;
-}
-
-/* Folds block y (view kv) into the state: one call per (query run, key run) pair that
- * positions allow, over just the keys the run's queries may see and the queries that see
- * them. *computed: a tile ran. */
-static attn_status fold_block(fwd_run *run, const attn_tensor *q, const ring_kv *kv, int y,
-                              int *computed) {
-  const ring_plan *pl = &run->pl;
+attn_status attn__ring_fold(const ring_plan *pl, attn_state *st, attn_stats *sum,
+                            const attn_tensor *q, const ring_kv *kv, int y, int *computed) {
   const attn_cp_shard *qs = &pl->qsh[pl->r], *ks = &pl->ksh[y];
   for (int i = 0; i < qs->count; i++) {
     ring_span qsp = {qs->start[i], qs->start[i] + qs->len[i]};
@@ -115,8 +100,8 @@ static attn_status fold_block(fwd_run *run, const attn_tensor *q, const ring_kv 
       const int64_t row0 = ring_run_off(qs, i) + (qv.lo - qsp.lo);
       attn_tensor qt = attn__ring_rows_of(q, row0, ring_span_len(qv));
       attn_block_pos pos = {row0, qv.lo, vis.lo, pl->seq_q, pl->seq_kv};
-      ATTN_CHECK(attn_fwd_block(pl->ctx, pl->spec, &run->st, &qt, &kt, &vt, &pos));
-      ATTN_CHECK(add_stats(&run->stats, pl->ctx, computed));
+      ATTN_CHECK(attn_fwd_block(pl->ctx, pl->spec, st, &qt, &kt, &vt, &pos));
+      ATTN_CHECK(attn__ring_add_stats(sum, pl->ctx, computed));
     }
   }
   return ATTN_OK;
@@ -146,7 +131,8 @@ static attn_status fwd_steps(fwd_run *run, attn_group_t grp, const attn_tensor *
                                         rb ? from : -1, &req));
     }
     int computed = 0;
-    if (*work == ATTN_OK) *work = fold_block(run, q, &cur, ring_mod(r - s, P), &computed);
+    if (*work == ATTN_OK) *work = attn__ring_fold(pl, &run->st, &run->stats, q, &cur, ring_mod(r - s, P),
+                                &computed);
     attn__ring_mark(pl, &run->clock, 3 * s + 1, work);
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
     attn__ring_mark(pl, &run->clock, 3 * s + 2, work);
@@ -169,7 +155,7 @@ attn_status attn_ring_fwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   fwd_run run;
   memset(&run, 0, sizeof run);
   attn__view ov;
-  attn_status st = attn__ring_plan_init(&run.pl, grp, spec, layout, seq_q, seq_kv, q, k, v);
+  attn_status st = attn__ring_plan_init(&run.pl, grp, spec, layout, seq_q, seq_kv, q, k, v, 0);
   if (st == ATTN_OK)
     st = attn__check_out(run.pl.ctx, "o", o, ATTN__DT_ANY, run.pl.B, run.pl.qsh[run.pl.r].rows, run.pl.Hq, run.pl.Dv, &ov);
   if (st == ATTN_OK) st = fwd_alloc(&run);

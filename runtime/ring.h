@@ -18,7 +18,8 @@ typedef struct {
   ring_span run[2]; /* rows of each run of a K/V shard */
 } ring_rows;
 
-typedef enum { RING_FWD = 0, RING_BWD = 1 } ring_op;
+/* What a call is, for the agreement (split-KV calls share the plan and the block folds). */
+typedef enum { RING_FWD = 0, RING_BWD = 1, SPLIT_KV_FWD = 2, SPLIT_KV_BWD = 3 } ring_op;
 
 /* A validated ring call. */
 typedef struct {
@@ -32,7 +33,8 @@ typedef struct {
   int64_t B, Hq, Hkv, Dqk, Dv;
   int causal;
   int64_t wl, wr;
-  attn_cp_shard *qsh, *ksh; /* [P]: query and K/V shards of every cp rank */
+  attn_cp_shard *qsh, *ksh; /* [P]: query and K/V shards of every cp rank (split-KV: every
+                             * rank's query shard is all seq_q rows) */
   int32_t nseq;             /* varlen sequences (0: one sequence of seq_q x seq_kv) */
   const int32_t *cq, *ck;   /* [nseq + 1] host memory (host copies on a device context) */
   int32_t *cu_host;         /* [2 * (nseq + 1)] those copies, or NULL */
@@ -41,11 +43,12 @@ typedef struct {
 } ring_plan;
 
 /* Validates the spec, q, k, v, the layout and every rank's shard sizes, and fills pl.
- * Failures name the argument; nothing is communicated. */
+ * all_q (split-KV): every rank holds all seq_q query rows; only K/V are cut. Failures
+ * name the argument; nothing is communicated. */
 attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spec *spec,
                                  attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
                                  const attn_tensor *q, const attn_tensor *k,
-                                 const attn_tensor *v);
+                                 const attn_tensor *v, int all_q);
 void attn__ring_plan_free(ring_plan *pl);
 /* Context memory (attn_ctx_alloc) of at least 256 bytes, so a zero-sized buffer of an idle
  * rank is still a pointer; *out = NULL on failure. */
@@ -63,6 +66,9 @@ attn_status attn__ring_agree(attn_group_t grp, ring_op op, const attn_spec *spec
 /* End of a ring call: every rank learns whether any rank failed (extra: floats summed
  * along with the flag, e.g. dsinks; may be NULL). */
 attn_status attn__ring_finish(const ring_plan *pl, attn_status local, float *extra, int64_t n);
+
+/* Adds the last block call's stats to sum; *computed = 1 when a tile ran. */
+attn_status attn__ring_add_stats(attn_stats *sum, attn_ctx_t ctx, int *computed);
 
 /* One INFO line summing the step record of the call just made. */
 void attn__ring_log(attn_group_t grp, const char *what);
@@ -152,5 +158,26 @@ attn_status attn__ring_zero_tensor(attn_ctx_t ctx, const attn_tensor *t);
 /* Offset of run j within the local rows of shard sh. */
 static inline int64_t ring_run_off(const attn_cp_shard *sh, int j) { return j ? sh->len[0] : 0; }
 double attn__ring_now(void);
+
+/* ---- folding one block (ring.c, ring_bwd.c; split_kv.c uses them too) --------------- */
+/* Folds block y (view kv) into st, the state of this rank's query rows: one
+ * attn_fwd_block per (query run, key run) pair that positions allow, over just the keys
+ * the run's queries may see and the queries that see them. Stats add to sum. */
+attn_status attn__ring_fold(const ring_plan *pl, attn_state *st, attn_stats *sum,
+                            const attn_tensor *q, const ring_kv *kv, int y, int *computed);
+
+/* The caller's tensors of one backward call; delta [B, Hq, Sq_loc]. */
+typedef struct {
+  const attn_tensor *q, *dout;
+  const float *lse, *delta;
+  attn_tensor *dq;
+} ring_bwd_io;
+/* Block y's contribution: dQ into io->dq, dK/dV into g (pairs as attn__ring_fold). */
+attn_status attn__ring_grad(const ring_plan *pl, attn_stats *sum, const ring_bwd_io *io,
+                            const ring_kv *kv, const ring_kv *g, int y, int *computed);
+/* The backward's own tensors (q, k, v and the spec are checked by the plan). */
+attn_status attn__ring_check_bwd(const ring_plan *pl, const attn_tensor *o, const float *lse,
+                                 const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk,
+                                 attn_tensor *dv, const float *dsinks);
 
 #endif

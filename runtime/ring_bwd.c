@@ -101,21 +101,10 @@ static attn_status bwd_alloc(bwd_run *run) {
   return ATTN_OK;
 }
 
-/* The caller's tensors of one call. */
-typedef struct {
-  const attn_tensor *q, *dout;
-  const float *lse;
-  attn_tensor *dq;
-} bwd_io;
-
 static int inside(ring_span a, ring_span outer) { return a.lo >= outer.lo && a.hi <= outer.hi; }
 
-/* Block y's contribution: dQ into io->dq, dK/dV into g; one call per visible (query run,
- * key run) pair, over just the keys the run's queries may see and the queries that see
- * them. *computed: a tile ran. */
-static attn_status grad_block(bwd_run *run, const bwd_io *io, const ring_kv *kv,
-                              const ring_kv *g, int y, int *computed) {
-  const ring_plan *pl = &run->pl;
+attn_status attn__ring_grad(const ring_plan *pl, attn_stats *sum, const ring_bwd_io *io,
+                            const ring_kv *kv, const ring_kv *g, int y, int *computed) {
   const attn_cp_shard *qs = &pl->qsh[pl->r], *ks = &pl->ksh[y];
   for (int i = 0; i < qs->count; i++) {
     ring_span qsp = {qs->start[i], qs->start[i] + qs->len[i]};
@@ -140,14 +129,9 @@ static attn_status grad_block(bwd_run *run, const bwd_io *io, const ring_kv *kv,
       attn_tensor dot = attn__ring_rows_of(io->dout, row0, nq);
       attn_tensor dqt = attn__ring_rows_of(io->dq, row0, nq);
       attn_block_pos pos = {row0, qv.lo, vis.lo, pl->seq_q, pl->seq_kv};
-      ATTN_CHECK(attn_bwd_block(pl->ctx, pl->spec, &qt, &kt, &vt, &dot, io->lse, run->delta,
+      ATTN_CHECK(attn_bwd_block(pl->ctx, pl->spec, &qt, &kt, &vt, &dot, io->lse, io->delta,
                                 qs->rows, &dqt, &dkt, &dvt, &pos));
-      attn_stats st;
-      ATTN_CHECK(attn__ctx_stats(pl->ctx, &st));
-      run->stats.flops_computed += st.flops_computed;
-      run->stats.tiles_computed += st.tiles_computed;
-      run->stats.tiles_skipped += st.tiles_skipped;
-      if (st.tiles_computed > 0) *computed = 1;
+      ATTN_CHECK(attn__ring_add_stats(sum, pl->ctx, computed));
     }
   }
   return ATTN_OK;
@@ -174,7 +158,7 @@ static attn_status post(bwd_run *run, const ring_kv *kv, const ring_rows *kv_row
  * communicator is dead then); a compute failure goes to *work while the exchanges go on.
  * As in the forward, nothing waits for the device: the transport orders the exchanges
  * with the context's stream. */
-static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
+static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const ring_bwd_io *io,
                              const attn_tensor *k, const attn_tensor *v, attn_tensor *dk,
                              attn_tensor *dv, attn_status *work) {
   const ring_plan *pl = &run->pl;
@@ -197,7 +181,8 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
       if (*work == ATTN_OK) *work = attn__ring_kv_zero(pl, &acc);
     }
     if (*work == ATTN_OK)
-      *work = grad_block(run, io, &cur, s ? &acc : &home, ring_mod(r - s, P), &computed);
+      *work = attn__ring_grad(pl, &run->stats, io, &cur, s ? &acc : &home, ring_mod(r - s, P),
+                              &computed);
     attn__ring_mark(pl, &run->clock, 3 * s + 1, work);
     if (req) ATTN_CHECK(c->ops->exchange_wait(c, req));
     attn__ring_mark(pl, &run->clock, 3 * s + 2, work);
@@ -228,8 +213,7 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const bwd_io *io,
   return ATTN_OK;
 }
 
-/* Checks the backward's own tensors (q, k, v and the spec are checked by the plan). */
-static attn_status check_bwd_args(const ring_plan *pl, const attn_tensor *o, const float *lse,
+attn_status attn__ring_check_bwd(const ring_plan *pl, const attn_tensor *o, const float *lse,
                                   const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk,
                                   attn_tensor *dv, const float *dsinks) {
   attn__view x;
@@ -255,8 +239,8 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   if (!grp) return attn__fail(ATTN_ERR_INVALID_ARG, "grp is NULL");
   bwd_run run;
   memset(&run, 0, sizeof run);
-  attn_status st = attn__ring_plan_init(&run.pl, grp, spec, layout, seq_q, seq_kv, q, k, v);
-  if (st == ATTN_OK) st = check_bwd_args(&run.pl, o, lse, dout, dq, dk, dv, dsinks);
+  attn_status st = attn__ring_plan_init(&run.pl, grp, spec, layout, seq_q, seq_kv, q, k, v, 0);
+  if (st == ATTN_OK) st = attn__ring_check_bwd(&run.pl, o, lse, dout, dq, dk, dv, dsinks);
   if (st == ATTN_OK) st = bwd_alloc(&run);
   if (st == ATTN_OK) st = attn__group_steps_reset(grp, run.pl.P);
   st = attn__ring_agree(grp, RING_BWD, spec, layout, seq_q, seq_kv, q, st);
@@ -277,7 +261,7 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dk);
   if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dv);
   if (work == ATTN_OK) work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
-  bwd_io io = {q, dout, lse, dq};
+  ring_bwd_io io = {q, dout, lse, run.delta, dq};
   run.pl.ctx->spec_host = &run.pl.spec_host;
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
   run.pl.ctx->spec_host = NULL;

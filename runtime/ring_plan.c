@@ -96,6 +96,15 @@ static attn_status make_shards(const char *what, attn_cp_layout layout, int P, i
   return ATTN_OK;
 }
 
+/* Split-KV: every rank's query shard is all seq rows. */
+static attn_status whole_shards(int P, int64_t seq, attn_cp_shard **out) {
+  attn_cp_shard *sh = calloc((size_t)P, sizeof *sh);
+  if (!sh) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "split-kv: shard table (%d) allocation failed", P);
+  *out = sh;
+  for (int y = 0; y < P; y++) sh[y] = (attn_cp_shard){1, {0, 0}, {seq, 0}, seq};
+  return ATTN_OK;
+}
+
 /* The schedule reads cu_seqlens on the host: on a device context, host copies, checked
  * as validate.c checks host ones (the kernels bound their own indices). */
 static attn_status host_cu_seqlens(ring_plan *pl) {
@@ -142,7 +151,7 @@ static attn_status host_spec_arrays(ring_plan *pl, const attn__problem *pb) {
 attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spec *spec,
                                  attn_cp_layout layout, int64_t seq_q, int64_t seq_kv,
                                  const attn_tensor *q, const attn_tensor *k,
-                                 const attn_tensor *v) {
+                                 const attn_tensor *v, int all_q) {
   memset(pl, 0, sizeof *pl);
   pl->ctx = grp->ctx;
   pl->comm = grp->cp;
@@ -160,17 +169,21 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
                       (long long)seq_q, (long long)seq_kv);
   if (!q || !k || !v)
     return attn__fail(ATTN_ERR_INVALID_ARG, "%s is NULL", !q ? "q" : !k ? "k" : "v");
-  ATTN_CHECK(make_shards("seq_q", layout, pl->P, seq_q, &pl->qsh));
+  if (all_q)
+    ATTN_CHECK(whole_shards(pl->P, seq_q, &pl->qsh));
+  else
+    ATTN_CHECK(make_shards("seq_q", layout, pl->P, seq_q, &pl->qsh));
   ATTN_CHECK(make_shards("seq_kv", layout, pl->P, seq_kv, &pl->ksh));
   const attn_cp_shard *qs = &pl->qsh[pl->r], *ks = &pl->ksh[pl->r];
   if (q->shape[1] != qs->rows || k->shape[1] != ks->rows)
     return attn__fail(ATTN_ERR_INVALID_ARG,
                       "cp rank %d holds %lld query and %lld key rows, but the %s layout of "
                       "seq_q=%lld, seq_kv=%lld over cp=%d gives it %lld and %lld "
-                      "(see attn_cp_shard_rows)",
+                      "(see attn_cp_shard_rows%s)",
                       pl->r, (long long)q->shape[1], (long long)k->shape[1], layout_name(layout),
                       (long long)seq_q, (long long)seq_kv, pl->P, (long long)qs->rows,
-                      (long long)ks->rows);
+                      (long long)ks->rows,
+                      all_q ? "; split-KV: every rank holds all query rows" : "");
   /* Spec, dtypes, strides and varlen check as one rank would check the global problem. */
   attn__problem pb;
   attn_block_pos pos = {0, 0, 0, seq_q, seq_kv};
@@ -241,7 +254,7 @@ static void fingerprint(attn_ctx_t ctx, attn__fingerprint *fp, ring_op op, const
   int64_t hq = s.num_heads_q > 0 && s.num_heads_q <= (1 << 20) ? s.num_heads_q : 0;
   fp->count = 0;
   attn__fp_add(fp, "library_version", attn_version());
-  attn__fp_add(fp, "operation(0=ring_fwd,1=ring_bwd)", op);
+  attn__fp_add(fp, "operation(0=ring_fwd,1=ring_bwd,2=split_kv_fwd,3=split_kv_bwd)", op);
   attn__fp_add(fp, "batch", q ? q->shape[0] : -1);
   attn__fp_add(fp, "num_heads_q", s.num_heads_q);
   attn__fp_add(fp, "num_heads_kv", s.num_heads_kv);
@@ -310,6 +323,16 @@ attn_status attn__ring_finish(const ring_plan *pl, attn_status local, float *ext
                       (double)failed);
   /* Every rank knows the verdict, so all take this second collective or none does. */
   return n ? pl->data->ops->allreduce_sum(pl->data, extra, n, ATTN_COMM_F32) : ATTN_OK;
+}
+
+attn_status attn__ring_add_stats(attn_stats *sum, attn_ctx_t ctx, int *computed) {
+  attn_stats s;
+  ATTN_CHECK(attn__ctx_stats(ctx, &s));
+  sum->flops_computed += s.flops_computed;
+  sum->tiles_computed += s.tiles_computed;
+  sum->tiles_skipped += s.tiles_skipped;
+  if (s.tiles_computed > 0) *computed = 1;
+  return ATTN_OK;
 }
 
 void attn__ring_log(attn_group_t grp, const char *what) {

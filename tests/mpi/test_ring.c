@@ -6,9 +6,9 @@
  *
  * Every rank regenerates the full inputs from fixed seeds, computes the single-rank
  * result, cuts its own shard, runs the ring and counts wrong elements; the verdict is
- * agreed with an MPI_Allreduce. Usage: test_ring basic|features|varlen|random|errors */
-#include "attnrun.h"
-#include "test_util.h"
+ * agreed with an MPI_Allreduce. Usage: test_ring
+ * basic|features|varlen|random|errors|split|split_random (the split-KV parts: test_ring_split.c) */
+#include "test_ring.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -18,26 +18,10 @@
 #define FWD_RTOL 1e-5
 #define BWD_RTOL 1e-4
 
-static int g_rank, g_size;
+int g_rank, g_size;
 static attn_ctx_t g_ctx;
-static attn_group_t g_grp;
+attn_group_t g_grp;
 
-typedef struct {
-  const char *name;
-  attn_cp_layout layout;
-  int64_t B, Sq, Skv;
-  int Hq, Hkv, Dqk, Dv;
-  int causal;
-  int64_t wl, wr;
-  int sinks, alibi;
-  float softcap;
-  int nseq; /* varlen: lengths in lq / lkv (B = 1) */
-  const int32_t *lq, *lkv;
-  int bmask;    /* a block-sparse pattern (32 x 32 blocks) */
-  int bhsd;     /* local tensors in [B, H, S, D] memory order */
-  int check_steps; /* 1: contiguous causal, Sq == Skv; 2: also a window < chunk */
-  uint64_t seed;
-} rcase;
 
 /* The full problem, as every rank regenerates it, and its single-rank result. */
 typedef struct {
@@ -270,22 +254,48 @@ static int64_t numel(const attn_tensor *t) {
   return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
 }
 
-/* Outputs poisoned, then the ring forward and backward. 0 on success. */
+typedef attn_status (*fwd_fn)(attn_group_t, const attn_spec *, attn_cp_layout, int64_t, int64_t,
+                              const attn_tensor *, const attn_tensor *, const attn_tensor *,
+                              attn_tensor *, float *);
+typedef attn_status (*bwd_fn)(attn_group_t, const attn_spec *, attn_cp_layout, int64_t, int64_t,
+                              const attn_tensor *, const attn_tensor *, const attn_tensor *,
+                              const attn_tensor *, const float *, const attn_tensor *,
+                              attn_tensor *, attn_tensor *, attn_tensor *, float *);
+
+/* Outputs poisoned, then the forward and backward (ring or split-KV). 0 on success. */
 static int run_ring(const full_prob *F, shard *L) {
   const rcase *c = &F->c;
+  const fwd_fn fwd = c->split ? attn_split_kv_fwd : attn_ring_fwd;
+  const bwd_fn bwd = c->split ? attn_split_kv_bwd : attn_ring_bwd;
   attn_tensor *outs[] = {&L->o, &L->dq, &L->dk, &L->dv};
-  for (int i = 0; i < 4; i++) tu_poison(outs[i]->data, numel(outs[i]) + 0 * i);
+  for (int i = 0; i < 4; i++) tu_poison(outs[i]->data, numel(outs[i]));
   tu_poison(L->lse, c->B * c->Hq * F->qsh.rows);
   tu_poison(L->ds, c->Hq);
-  attn_status st = attn_ring_fwd(g_grp, &F->spec, c->layout, c->Sq, c->Skv, &L->q, &L->k,
-                                 &L->v, &L->o, L->lse);
+  attn_status st = fwd(g_grp, &F->spec, c->layout, c->Sq, c->Skv, &L->q, &L->k, &L->v, &L->o,
+                       L->lse);
   if (st == ATTN_OK)
-    st = attn_ring_bwd(g_grp, &F->spec, c->layout, c->Sq, c->Skv, &L->q, &L->k, &L->v, &L->o,
-                       L->lse, &L->dout, &L->dq, &L->dk, &L->dv, L->ds);
+    st = bwd(g_grp, &F->spec, c->layout, c->Sq, c->Skv, &L->q, &L->k, &L->v, &L->o, L->lse,
+             &L->dout, &L->dq, &L->dk, &L->dv, L->ds);
   if (st != ATTN_OK)
-    fprintf(stderr, "rank %d: %s: ring failed: %s: %s\n", g_rank, c->name, attn_status_string(st),
-            attn_last_error());
+    fprintf(stderr, "rank %d: %s: %s failed: %s: %s\n", g_rank, c->name,
+            c->split ? "split-kv" : "ring", attn_status_string(st), attn_last_error());
   return st != ATTN_OK;
+}
+
+/* 1 (and a message) unless x [n] is bitwise the same on every rank. */
+static int64_t differs_between_ranks(const char *what, const char *name, const float *x, int64_t n) {
+  uint64_t h = 0xcbf29ce484222325ull, *all = tu_alloc((size_t)g_size * sizeof *all);
+  const unsigned char *b = (const unsigned char *)x;
+  for (int64_t i = 0; i < n * 4; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  int64_t bad = 0;
+  for (int p = 1; p < g_size && !bad; p++)
+    if (all[p] != all[0]) {
+      fprintf(stderr, "rank %d: %s: %s differs between ranks 0 and %d\n", g_rank, name, what, p);
+      bad = 1;
+    }
+  free(all);
+  return bad;
 }
 
 /* Local copies of the outputs (the tensors are contiguous in their own order). */
@@ -341,13 +351,29 @@ static int64_t check_steps(const full_prob *F, int fwd_window) {
   return bad;
 }
 
-/* One case: single rank vs ring (fwd + bwd), a repeat, the step record. Returns 1 on pass. */
-static int run_case(const rcase *c) {
+/* Split-KV's record: one step, computed on the last rank only (check_steps 3), sending
+ * its state when there are other ranks. */
+static int64_t check_split_steps(const full_prob *F) {
+  attn_ring_step st[4];
+  int32_t n = 0;
+  int ok = attn_group_last_steps(g_grp, st, 4, &n) == ATTN_OK && n == 1 &&
+           st[0].computed == (g_rank == g_size - 1) && (st[0].bytes > 0) == (g_size > 1);
+  if (!ok)
+    fprintf(stderr, "rank %d: %s: %d steps, computed=%d bytes=%lld (expected 1 step, computed=%d)\n",
+            g_rank, F->c.name, n, n ? st[0].computed : -1, n ? (long long)st[0].bytes : -1LL,
+            g_rank == g_size - 1);
+  return !ok;
+}
+
+int run_case(const rcase *c) {
   full_prob F;
   shard L;
   make_full(&F, c);
   single_rank(&F);
-  attn_cp_shard_rows(c->layout, g_size, g_rank, c->Sq, &F.qsh);
+  if (c->split)
+    F.qsh = (attn_cp_shard){1, {0, 0}, {c->Sq, 0}, c->Sq};
+  else
+    attn_cp_shard_rows(c->layout, g_size, g_rank, c->Sq, &F.qsh);
   attn_cp_shard_rows(c->layout, g_size, g_rank, c->Skv, &F.ksh);
   make_shard(&L, &F);
   int64_t failed = run_ring(&F, &L), wrong = 0, steps_bad = 0;
@@ -358,10 +384,11 @@ static int run_case(const rcase *c) {
     /* The record is of the backward; run the forward alone to see its own record. */
     attn_tensor o2 = local_tensor(c->B, F.qsh.rows, c->Hq, F.spec.head_dim_v, 0);
     float *lse2 = tu_falloc(c->B * c->Hq * F.qsh.rows);
-    if (attn_ring_fwd(g_grp, &F.spec, c->layout, c->Sq, c->Skv, &L.q, &L.k, &L.v, &o2, lse2) != ATTN_OK)
+    const fwd_fn fwd = c->split ? attn_split_kv_fwd : attn_ring_fwd;
+    if (fwd(g_grp, &F.spec, c->layout, c->Sq, c->Skv, &L.q, &L.k, &L.v, &o2, lse2) != ATTN_OK)
       steps_bad++;
     else
-      steps_bad += check_steps(&F, c->check_steps == 2);
+      steps_bad += c->split ? check_split_steps(&F) : check_steps(&F, c->check_steps == 2);
     free(o2.data);
     free(lse2);
   }
@@ -376,15 +403,13 @@ static int run_case(const rcase *c) {
       double thr = BWD_RTOL * max_abs(F.ds, c->Hq) + 1e-7;
       for (int h = 0; h < c->Hq; h++) judge(&tl, L.ds[h], F.ds[h], thr, h);
       wrong += report("dsinks", c->name, &tl, thr);
-      /* dsinks is the CP group's sum: bitwise the same on every rank. */
-      float *all = tu_alloc((size_t)g_size * c->Hq * sizeof(float));
-      MPI_Allgather(L.ds, c->Hq, MPI_FLOAT, all, c->Hq, MPI_FLOAT, MPI_COMM_WORLD);
-      for (int p = 1; p < g_size; p++)
-        if (memcmp(all, all + (size_t)p * c->Hq, (size_t)c->Hq * sizeof(float))) {
-          fprintf(stderr, "rank %d: %s: dsinks differ between ranks 0 and %d\n", g_rank, c->name, p);
-          wrong++;
-        }
-      free(all);
+      /* dsinks is the CP group's (ring: sum): bitwise the same on every rank. */
+      wrong += differs_between_ranks("dsinks", c->name, L.ds, c->Hq);
+    }
+    if (c->split) { /* every rank holds the same query rows and their outputs */
+      wrong += differs_between_ranks("o", c->name, L.o.data, numel(&L.o));
+      wrong += differs_between_ranks("lse", c->name, L.lse, c->B * c->Hq * c->Sq);
+      wrong += differs_between_ranks("dq", c->name, L.dq.data, numel(&L.dq));
     }
     float *prev[5];
     snapshot(&L, &F, prev);
@@ -406,15 +431,14 @@ static int run_case(const rcase *c) {
 }
 
 /* ---- the parts ------------------------------------------------------------------------ */
-#define CASE(...) ((rcase){__VA_ARGS__})
-static const rcase base = {.layout = ATTN_LAYOUT_ZIGZAG, .B = 1, .Sq = 512, .Skv = 512, .Hq = 4,
+const rcase ring_base = {.layout = ATTN_LAYOUT_ZIGZAG, .B = 1, .Sq = 512, .Skv = 512, .Hq = 4,
                            .Hkv = 2, .Dqk = 32, .wl = -1, .wr = -1, .seed = 11};
 
 static int part_basic(void) {
   int ok = 1;
   for (int layout = 0; layout < 2; layout++)
     for (int causal = 0; causal < 2; causal++) {
-      rcase c = base;
+      rcase c = ring_base;
       static char names[4][64];
       snprintf(names[layout * 2 + causal], 64, "%s %s", layout ? "zigzag" : "contiguous",
                causal ? "causal" : "full");
@@ -427,7 +451,7 @@ static int part_basic(void) {
       c.seed = 100 + layout * 2 + causal;
       ok &= run_case(&c);
     }
-  rcase u = base;
+  rcase u = ring_base;
   u.name = "uneven causal zigzag S=517, Dv=48";
   u.Sq = u.Skv = 517;
   u.Dv = 48;
@@ -442,7 +466,7 @@ static int part_basic(void) {
   u.Sq = 517;
   u.Skv = 260;
   ok &= run_case(&u);
-  u = base;
+  u = ring_base;
   u.name = "zigzag bhsd strides, MQA";
   u.Hkv = 1;
   u.bhsd = 1;
@@ -453,7 +477,7 @@ static int part_basic(void) {
 
 static int part_features(void) {
   int ok = 1;
-  rcase c = base;
+  rcase c = ring_base;
   c.name = "contiguous causal window 40 < chunk";
   c.layout = ATTN_LAYOUT_CONTIGUOUS;
   c.Sq = c.Skv = 640;
@@ -475,7 +499,7 @@ static int part_features(void) {
   c.wl = 300;
   c.wr = 7;
   ok &= run_case(&c);
-  c = base;
+  c = ring_base;
   c.name = "zigzag causal sinks + GQA 6/2";
   c.Hq = 6;
   c.causal = 1;
@@ -491,7 +515,7 @@ static int part_features(void) {
   c.softcap = 0;
   c.wl = 70;
   ok &= run_case(&c);
-  c = base;
+  c = ring_base;
   c.name = "zigzag block-sparse mask, causal";
   c.Sq = c.Skv = 576;
   c.causal = 1;
@@ -506,7 +530,7 @@ static int part_varlen(void) {
   static const int32_t lkv2[] = {130, 20, 5, 250, 9, 40, 90}; /* 544 */
   int ok = 1;
   for (int layout = 0; layout < 2; layout++) {
-    rcase c = base;
+    rcase c = ring_base;
     c.layout = layout;
     c.nseq = 7;
     c.lq = lq;
@@ -544,7 +568,7 @@ static int part_random(void) {
   tu_rng rng = tu_rng_make(2024);
   int ok = 1;
   for (int n = 0; n < 24; n++) {
-    rcase c = base;
+    rcase c = ring_base;
     c.seed = 1000 + (uint64_t)n;
     c.layout = (attn_cp_layout)tu_randint(&rng, 0, 1);
     c.causal = (int)tu_randint(&rng, 0, 1);
@@ -700,8 +724,11 @@ int main(int argc, char **argv) {
            : !strcmp(part, "varlen")   ? part_varlen()
            : !strcmp(part, "random")   ? part_random()
            : !strcmp(part, "errors")   ? part_errors()
+           : !strcmp(part, "split")    ? part_split()
+           : !strcmp(part, "split_random") ? part_split_random()
                                        : -1;
-  if (ok < 0 && g_rank == 0) fprintf(stderr, "usage: test_ring basic|features|varlen|random|errors\n");
+  if (ok < 0 && g_rank == 0)
+    fprintf(stderr, "usage: test_ring basic|features|varlen|random|errors|split|split_random\n");
   attn_group_destroy(g_grp);
   attn_ctx_destroy(g_ctx);
   MPI_Finalize();
