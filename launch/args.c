@@ -182,8 +182,10 @@ static int set_mode(run_args *a, const char *v, char *err, size_t errlen) {
     a->mode = MODE_TP;
   else if (!strcmp(v, "ring"))
     a->mode = MODE_RING;
+  else if (!strcmp(v, "split-kv"))
+    a->mode = MODE_SPLIT_KV;
   else
-    return launch_fail(err, errlen, "--mode '%s': expected tp, ring or auto", v);
+    return launch_fail(err, errlen, "--mode '%s': expected tp, ring, split-kv or auto", v);
   return 0;
 }
 
@@ -465,12 +467,18 @@ void args_usage(FILE *out, const char *prog) {
       "  --force            run even when the estimate says it takes more than an hour, or\n"
       "                     more memory than the host has (refused otherwise, exit 2)\n"
       "distribution (mpirun -np P attnrun ...; tp x cp must equal P)\n"
-      "  --mode M           tp | ring | auto (default auto: one rank runs plain attention;\n"
-      "                     more ranks get a grid chosen from the problem, and a line says why)\n"
+      "  --mode M           tp | ring | split-kv | auto (default auto: one rank runs plain\n"
+      "                     attention; more ranks get a grid chosen from the problem, and a line\n"
+      "                     says why). split-kv (context-parallel decode): every CP rank holds\n"
+      "                     all query rows and a cut of K/V; the float32 states are gathered and\n"
+      "                     merged. auto takes it over the ring when its states are smaller than\n"
+      "                     the K/V the ring would carry (few queries, many keys), or when the\n"
+      "                     queries are too few to cut\n"
       "  --tp N             tensor-parallel ranks: each holds Hq/N query heads (default: P for\n"
       "                     --mode tp, 1 for --mode ring, P/cp when --cp is given)\n"
       "  --cp N             context-parallel ranks: the sequence is cut over a ring of N ranks\n"
-      "                     (default: P for --mode ring, 1 for --mode tp, P/tp when --tp is given)\n"
+      "                     (default: P for --mode ring or split-kv, 1 for --mode tp, P/tp when\n"
+      "                     --tp is given)\n"
       "  --layout L         contiguous | zigzag: how the ring cuts the sequence (default zigzag\n"
       "                     when causal, unless a window shorter than a chunk balances the\n"
       "                     contiguous cut or the sequence has fewer rows than zigzag's 2cp\n"
@@ -508,9 +516,9 @@ void args_usage_short(FILE *out, const char *prog) {
       "         [--alibi] [--varlen N|L1,L2,..] [--sparse SPEC] [--bwd] [--iters N] [--warmup N]\n"
       "         [--threads N] [--seed N] [--check N] [--backend cpu|auto|cuda] [--scalar]\n"
       "         [--dtype f32|bf16|f16] [--device N] [--list-devices]\n"
-      "         [--load DIR] [--save DIR] [--json FILE] [--force] [--mode tp|ring|auto] [--tp N]\n"
-      "         [--cp N] [--layout contiguous|zigzag] [--d-model N] [--timeout S] [--no-bind]\n"
-      "         [--help]\n"
+      "         [--load DIR] [--save DIR] [--json FILE] [--force] [--mode tp|ring|split-kv|auto]\n"
+      "         [--tp N] [--cp N] [--layout contiguous|zigzag] [--d-model N] [--timeout S]\n"
+      "         [--no-bind] [--help]\n"
       "run '%s --help' for what each flag does\n",
       prog, prog);
 }

@@ -29,7 +29,7 @@ enum {
 
 /* How the ranks share the work (DESIGN.md §4). AUTO: one rank runs plain attention; more
  * ranks get a tp x cp grid chosen from the problem (grid.c says why). */
-typedef enum { MODE_AUTO = 0, MODE_TP = 1, MODE_RING = 2 } run_mode;
+typedef enum { MODE_AUTO = 0, MODE_TP = 1, MODE_RING = 2, MODE_SPLIT_KV = 3 } run_mode;
 
 typedef struct {
   /* problem */

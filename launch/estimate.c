@@ -160,13 +160,21 @@ static void probe(const run_env *env, const problem *p, int bwd, double *gf_fwd,
     *gf_bwd = probe_flops(&st_b, &s, S, 2.5) / best_b * 1e-9;
 }
 
-/* Bytes this rank holds: inputs, outputs and the ring's double buffers. */
+/* Split-KV: the own state and the gathered ones, floats per batch entry. */
+static double split_state_floats(const run_env *env, const problem *p) {
+  return (env->g->cp + 1.0) * p->hq * (double)p->q_rows * (p->spec.head_dim_v + 2.0);
+}
+
+/* Bytes this rank holds: inputs, outputs and the ring's double buffers (split-KV: the
+ * gathered states). */
 static double memory_bytes(const run_env *env, const problem *p, int64_t d_model) {
   const attn_spec *s = &p->spec;
   double B = (double)p->batch, dq = s->head_dim_qk, dv = s->head_dim_v, bwd = env->a->bwd;
   double qrow = p->hq * (dq + dv + (bwd ? dq + dv : 0)) + p->hq; /* q, o, [dq, do], lse */
   double krow = p->hk * (dq + dv) * (bwd ? 2 : 1);                /* k, v, [dk, dv] */
-  double ring = env->g->cp > 1 ? 2.0 * krow * (double)p->kv_rows : 0; /* two blocks in flight */
+  double ring = env->g->split_kv ? split_state_floats(env, p) /* the gathered states */
+                 : env->g->cp > 1 ? 2.0 * krow * (double)p->kv_rows /* two blocks in flight */
+                                  : 0;
   double bytes = 4 * B * ((double)p->q_rows * qrow + (double)p->kv_rows * krow + ring);
   if (d_model > 0) /* x, y (dy, dx) rows and this rank's weight columns */
     bytes += 4 * (B * (double)p->q_rows * d_model * (bwd ? 4 : 2) +
@@ -183,7 +191,9 @@ static double device_bytes(const run_env *env, const problem *p, int64_t d_model
   double es = (double)attn_dtype_size(env->dtype);
   double qrow = p->hq * (es * (dq + dv + (bwd ? dv : 0)) + 4.0 * (1 + (bwd ? dq : 0)));
   double krow = p->hk * (es * (dq + dv) + (bwd ? 4.0 * (dq + dv) : 0));
-  double ring = env->g->cp > 1 ? 2.0 * krow * (double)p->kv_rows : 0;
+  double ring = env->g->split_kv ? 4.0 * split_state_floats(env, p)
+                 : env->g->cp > 1 ? 2.0 * krow * (double)p->kv_rows
+                                  : 0;
   return B * ((double)p->q_rows * qrow + (double)p->kv_rows * krow + ring);
 }
 
@@ -196,7 +206,11 @@ static double check_seconds(const run_env *env, const problem *p, double pairs_p
   double group = (double)s->num_heads_q / s->num_heads_kv;
   double per_key = d * ORACLE_NS_PER_ELEM * 1e-9;
   double t = n * pairs_per_row * per_key * (env->a->bwd ? 3.0 : 1.0);
-  if (env->a->bwd) t += n * group * pairs_per_row * pairs_per_row * per_key * 3.0;
+  /* a key row is seen by about pairs_per_row * Sq / Skv query rows, each recomputed over
+   * its pairs_per_row keys */
+  double q_per_key = pairs_per_row * (double)p->seq_q / (double)p->seq_kv;
+  if (q_per_key > (double)p->seq_q) q_per_key = (double)p->seq_q;
+  if (env->a->bwd) t += n * group * q_per_key * pairs_per_row * per_key * 3.0;
   if (d_model > 0) /* every head of a row, and the projections of the rows it reads */
     t *= (double)p->spec.num_heads_kv * (1.0 + (double)d_model / 64.0);
   int threads = omp_get_max_threads();
@@ -209,6 +223,7 @@ void estimate_rank(const run_env *env, const problem *p, int64_t d_model, double
   const attn_spec *s = &p->spec;
   memset(out, 0, sizeof *out);
   double pairs = estimate_pairs(s, p->seq_q, p->seq_kv, &p->qsh);
+  if (env->g->split_kv) pairs /= env->g->cp; /* all queries, a cut of the keys */
   out->flops_fwd = pairs * (double)p->batch * p->hq * 2.0 * (s->head_dim_qk + s->head_dim_v);
   if (d_model > 0) /* projections: x W_qkv and O W_o */
     out->flops_proj = 2.0 * (double)p->batch * (double)p->q_rows * (double)d_model *

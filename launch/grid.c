@@ -5,7 +5,13 @@
  * exchange at all, so it goes first, up to the largest divisor of the rank count that
  * the heads allow; the remaining factor goes to the ring. From GRID_LONG_SEQ keys on the
  * ring goes first instead (tp = 1, cp = all ranks): K/V of the full sequence per rank is
- * what stops long runs, and the ring is the only mode that cuts it. */
+ * what stops long runs, and the ring is the only mode that cuts it.
+ *
+ * Split-KV (context-parallel decode) cuts K/V without cutting the queries: each CP rank
+ * folds its keys into a state for every query row, and the states are gathered. Auto
+ * takes it over the ring whenever those states are smaller than the K/V the ring carries
+ * (few queries, many keys: decode, chunked prefill), and when the queries are too few to
+ * give every ring chunk a row. */
 #include "grid.h"
 #include "err.h"
 
@@ -54,6 +60,10 @@ static void choose_sizes(const run_args *a, const attn_spec *s, int64_t seq_kv, 
   } else if (a->mode == MODE_RING) {
     g->tp = 1, g->cp = ranks;
     snprintf(g->why, sizeof g->why, "--mode ring: every rank on the ring (cp=%d)", ranks);
+  } else if (a->mode == MODE_SPLIT_KV) {
+    g->tp = 1, g->cp = ranks;
+    snprintf(g->why, sizeof g->why,
+             "--mode split-kv: every rank holds all queries and a cut of K/V (cp=%d)", ranks);
   } else if (a->mode == MODE_TP) {
     g->tp = ranks, g->cp = 1;
     snprintf(g->why, sizeof g->why, "--mode tp: heads over every rank (tp=%d)", ranks);
@@ -86,6 +96,47 @@ static int check_sizes(const run_args *a, const attn_spec *s, int ranks, const g
   return 0;
 }
 
+/* Bytes one rank receives per forward: split-KV's states of the other cp-1 ranks, against
+ * the ring's K/V of the other ranks (at 2 bytes an element: bf16, the smallest). */
+static double split_bytes(const attn_spec *s, int64_t seq_q, int32_t cp) {
+  int64_t dv = s->head_dim_v ? s->head_dim_v : s->head_dim_qk;
+  return 4.0 * (cp - 1) * (double)s->num_heads_q * (double)seq_q * (double)(dv + 2);
+}
+static double ring_bytes(const attn_spec *s, int64_t seq_kv, int32_t cp) {
+  int64_t dv = s->head_dim_v ? s->head_dim_v : s->head_dim_qk;
+  return 2.0 * (cp - 1) / cp * (double)seq_kv * s->num_heads_kv * (double)(s->head_dim_qk + dv);
+}
+
+/* Split-KV or the ring, for cp > 1 (or --mode split-kv). */
+static int choose_split(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t seq_kv,
+                        grid *g, char *err, size_t errlen) {
+  size_t n = strlen(g->why);
+  if (a->mode == MODE_SPLIT_KV) {
+    if (g->layer)
+      return launch_fail(err, errlen,
+                         "--mode split-kv runs attention alone; the layer (--d-model) takes "
+                         "--mode tp, ring or auto");
+    g->split_kv = 1;
+    return 0;
+  }
+  if (a->mode == MODE_RING || g->layer) return 0;
+  const int64_t chunks = 2 * (int64_t)g->cp; /* zigzag's; causal runs may need them */
+  const double sb = split_bytes(s, seq_q, g->cp), rb = ring_bytes(s, seq_kv, g->cp);
+  if (seq_q < chunks || sb < rb) {
+    g->split_kv = 1;
+    if (seq_q < chunks)
+      snprintf(g->why + n, sizeof g->why - n,
+               "; split-kv: %lld query rows are too few to cut over cp=%d", (long long)seq_q,
+               g->cp);
+    else
+      snprintf(g->why + n, sizeof g->why - n,
+               "; split-kv: its states (%.3g MB a rank) are smaller than the K/V the ring "
+               "carries (%.3g MB)",
+               sb / 1e6, rb / 1e6);
+  }
+  return 0;
+}
+
 static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t seq_kv,
                           grid *g) {
   const char *why;
@@ -100,6 +151,14 @@ static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_q, 
     g->layout = ATTN_LAYOUT_CONTIGUOUS;
     why = "causal, but the window is shorter than a zigzag chunk: the contiguous cut is "
           "balanced already and needs only the neighbour's keys";
+  } else if (g->split_kv && s->causal && seq_kv >= 2 * (int64_t)g->cp && seq_q > chunk) {
+    g->layout = ATTN_LAYOUT_ZIGZAG;
+    why = "split-kv, causal over more rows than a zigzag chunk: zigzag balances the triangle";
+  } else if (g->split_kv) {
+    g->layout = ATTN_LAYOUT_CONTIGUOUS;
+    why = s->causal ? "split-kv, and the queries span at most a chunk: all but the last "
+                      "chunk's keys are seen by every query"
+                    : "split-kv, not causal: every cut is balanced";
   } else if (s->causal && (seq_q < 2 * (int64_t)g->cp || seq_kv < 2 * (int64_t)g->cp)) {
     g->layout = ATTN_LAYOUT_CONTIGUOUS;
     why = "causal, but the sequence has fewer rows than zigzag's 2cp chunks";
@@ -117,12 +176,20 @@ static void choose_layout(const run_args *a, const attn_spec *s, int64_t seq_q, 
 
 static int check_rows(const grid *g, int64_t seq_q, int64_t seq_kv, char *err, size_t errlen) {
   int64_t chunks = (int64_t)g->cp * (g->layout == ATTN_LAYOUT_ZIGZAG ? 2 : 1);
-  if (seq_q < chunks || seq_kv < chunks)
+  const char *layout = g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous";
+  if (g->split_kv && seq_kv < chunks)
+    return launch_fail(err, errlen,
+                "split-kv: the keys (Skv=%lld) are fewer than the %lld chunks of cp=%d (%s): "
+                "every chunk needs a row; use fewer ranks or a longer --seq-kv",
+                (long long)seq_kv, (long long)chunks, g->cp, layout);
+  if (!g->split_kv && (seq_q < chunks || seq_kv < chunks))
     return launch_fail(err, errlen,
                 "the sequence (Sq=%lld, Skv=%lld) is shorter than the %lld chunks of cp=%d "
-                "(%s): every chunk needs a row; use fewer ranks or a longer --seq",
-                (long long)seq_q, (long long)seq_kv, (long long)chunks, g->cp,
-                g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous");
+                "(%s): every chunk needs a row; use fewer ranks or a longer --seq%s",
+                (long long)seq_q, (long long)seq_kv, (long long)chunks, g->cp, layout,
+                seq_q < chunks && seq_kv >= chunks
+                    ? " (or --mode split-kv, which cuts only the keys)"
+                    : "");
   return 0;
 }
 
@@ -151,6 +218,8 @@ int grid_choose(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t se
   }
   choose_sizes(a, s, seq_kv, ranks, g);
   if (check_sizes(a, s, ranks, g, err, errlen)) return -1;
+  if ((g->cp > 1 || a->mode == MODE_SPLIT_KV) && choose_split(a, s, seq_q, seq_kv, g, err, errlen))
+    return -1;
   choose_layout(a, s, seq_q, seq_kv, g);
   if (check_rows(g, seq_q, seq_kv, err, errlen)) return -1;
   g->tp_rank = rank % g->tp;
@@ -162,5 +231,6 @@ int grid_choose(const run_args *a, const attn_spec *s, int64_t seq_q, int64_t se
 const char *grid_mode_name(const grid *g) {
   if (g->single) return "single";
   if (g->layer) return g->cp == 1 ? "tp layer" : g->tp == 1 ? "ring layer" : "tp x ring layer";
+  if (g->split_kv) return g->tp == 1 ? "split-kv" : "tp x split-kv";
   return g->cp == 1 ? "tp" : g->tp == 1 ? "ring" : "tp x ring";
 }

@@ -14,6 +14,7 @@
 typedef struct {
   int single;  /* one rank, plain attn_fwd/attn_bwd, no group */
   int layer;   /* --d-model: attn_layer_* */
+  int split_kv; /* cp > 1 with every query row on every CP rank: attn_split_kv_* */
   int32_t tp, cp;
   int32_t tp_rank, cp_rank; /* world rank = cp_rank * tp + tp_rank (TP groups consecutive) */
   attn_cp_layout layout;
@@ -27,7 +28,8 @@ typedef struct {
 int grid_choose(const run_args *a, const attn_spec *spec, int64_t seq_q, int64_t seq_kv,
                 int ranks, int rank, grid *g, char *err, size_t errlen);
 
-/* "ring", "tp", "tp x ring", "single", each with " layer" for --d-model. */
+/* "ring", "tp", "tp x ring", "split-kv", "tp x split-kv", "single"; the ring ones with
+ * " layer" for --d-model. */
 const char *grid_mode_name(const grid *g);
 
 #endif

@@ -78,8 +78,10 @@ static int setup_problem(app *x) {
                    sizeof x->err);
   if ((rc = agree(x, rc != 0, EXIT_USAGE, x->err))) return rc;
   attn_cp_shard qsh = problem_whole(p->seq_q), ksh = problem_whole(p->seq_kv);
-  if (x->g.cp > 1) {
-    attn_status st = attn_cp_shard_rows(x->g.layout, x->g.cp, x->g.cp_rank, p->seq_q, &qsh);
+  if (x->g.cp > 1) { /* split-kv: every CP rank holds all query rows */
+    attn_status st = x->g.split_kv ? ATTN_OK
+                                   : attn_cp_shard_rows(x->g.layout, x->g.cp, x->g.cp_rank,
+                                                        p->seq_q, &qsh);
     if (st == ATTN_OK) st = attn_cp_shard_rows(x->g.layout, x->g.cp, x->g.cp_rank, p->seq_kv, &ksh);
     if (st != ATTN_OK) lib_fail(x, "attn_cp_shard_rows", st);
   }

@@ -538,7 +538,7 @@ static void json_grid(FILE *f, const report_data *d) {
   json_int(f, "hosts", hosts_of(d));
   json_int(f, "tp", g->tp);
   json_int(f, "cp", g->cp);
-  json_key_str(f, "layout", g->cp > 1 ? (g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous") : NULL);
+  json_key_str(f, "layout", g->cp > 1 || g->split_kv ? (g->layout == ATTN_LAYOUT_ZIGZAG ? "zigzag" : "contiguous") : NULL);
   json_key_str(f, "grid_why", g->why);
 }
 

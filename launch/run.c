@@ -99,7 +99,8 @@ static void finish_timing(const run_env *env, double *times, double *job, double
   summarize(job, a->iters, &t->job_median_s, &t->job_min_s, &t->job_mean_s);
   t->split = *sum;
   t->split.compute_s /= a->iters, t->split.wait_s /= a->iters, t->split.bytes /= a->iters;
-  if (!env->grp || (env->g->cp == 1 && !env->g->layer)) { /* no ring: all of it is compute */
+  if (!env->grp || (env->g->cp == 1 && !env->g->layer && !env->g->split_kv)) {
+    /* no ring: all of it is compute */
     t->split.compute_s = t->mean_s;
     t->split.steps = t->split.computed = 1;
   }
@@ -188,10 +189,13 @@ static attn_status attn_fwd_pass(void *user) {
   const problem *p = j->p;
   const ctx_tensors *t = &j->r->t;
   float *lse = t->out[OUT_LSE];
-  attn_status st = j->env->g->cp == 1
-                       ? attn_fwd(j->env->ctx, &t->spec, &j->q, &j->k, &j->v, &j->o, lse)
-                       : attn_ring_fwd(j->env->grp, &t->spec, j->env->g->layout, p->seq_q,
-                                       p->seq_kv, &j->q, &j->k, &j->v, &j->o, lse);
+  const grid *g = j->env->g;
+  attn_status st =
+      g->cp == 1 && !g->split_kv
+          ? attn_fwd(j->env->ctx, &t->spec, &j->q, &j->k, &j->v, &j->o, lse)
+          : (g->split_kv ? attn_split_kv_fwd : attn_ring_fwd)(j->env->grp, &t->spec, g->layout,
+                                                              p->seq_q, p->seq_kv, &j->q, &j->k,
+                                                              &j->v, &j->o, lse);
   return st == ATTN_OK ? attn_ctx_sync(j->env->ctx) : st;
 }
 
@@ -201,12 +205,14 @@ static attn_status attn_bwd_pass(void *user) {
   const ctx_tensors *t = &j->r->t;
   const float *lse = t->out[OUT_LSE];
   float *dsinks = t->out[OUT_DSINKS];
+  const grid *g = j->env->g;
   attn_status st =
-      j->env->g->cp == 1
+      g->cp == 1 && !g->split_kv
           ? attn_bwd(j->env->ctx, &t->spec, &j->q, &j->k, &j->v, &j->o, lse, &j->dout, &j->dq,
                      &j->dk, &j->dv, dsinks)
-          : attn_ring_bwd(j->env->grp, &t->spec, j->env->g->layout, p->seq_q, p->seq_kv, &j->q,
-                          &j->k, &j->v, &j->o, lse, &j->dout, &j->dq, &j->dk, &j->dv, dsinks);
+          : (g->split_kv ? attn_split_kv_bwd : attn_ring_bwd)(
+                j->env->grp, &t->spec, g->layout, p->seq_q, p->seq_kv, &j->q, &j->k, &j->v,
+                &j->o, lse, &j->dout, &j->dq, &j->dk, &j->dv, dsinks);
   return st == ATTN_OK ? attn_ctx_sync(j->env->ctx) : st;
 }
 
@@ -258,12 +264,13 @@ attn_status run_attention(const run_env *env, const problem *p, run_result *r,
   float *host[OUT_COUNT];
   attn_status st = ctxbuf_setup(&r->t, env->ctx, env->dtype, p, host_outputs(r, host), what);
   make_views(&j);
-  if (st == ATTN_OK) *what = env->g->cp > 1 ? "attn_ring_fwd" : "attn_fwd";
+  const int split = env->g->split_kv, ring = env->g->cp > 1 && !split;
+  if (st == ATTN_OK) *what = split ? "attn_split_kv_fwd" : ring ? "attn_ring_fwd" : "attn_fwd";
   st = run_timed(env, "forward", attn_fwd_pass, &j, st, &r->fwd);
   if (st != ATTN_OK) return st;
   r->fwd.flops = attn_flops_fwd(&p->spec, p->batch, p->seq_q, p->seq_kv);
   if (env->a->bwd) {
-    *what = env->g->cp > 1 ? "attn_ring_bwd" : "attn_bwd";
+    *what = split ? "attn_split_kv_bwd" : ring ? "attn_ring_bwd" : "attn_bwd";
     st = run_timed(env, "backward", attn_bwd_pass, &j, ATTN_OK, &r->bwd);
     if (st != ATTN_OK) return st;
     r->bwd.flops = 2.5 * r->fwd.flops;

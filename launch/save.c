@@ -167,14 +167,19 @@ static int kv_writer(const problem *p) {
   return p->hq0 == p->hk0 * (p->spec.num_heads_q / p->spec.num_heads_kv);
 }
 
-static void add_inputs(part_list *l, const mpienv *e, const run_args *a, const problem *p) {
+/* Query-side rows (q, dO, O, LSE, dQ): split-KV gives every CP rank all of them, the same
+ * bits, so CP rank 0 writes them. */
+static int q_writer(const grid *g) { return !g->split_kv || g->cp_rank == 0; }
+
+static void add_inputs(part_list *l, const mpienv *e, const grid *g, const run_args *a,
+                       const problem *p) {
   const attn_spec *s = &p->spec;
-  int kw = kv_writer(p), r0 = e->rank == 0;
+  int kw = kv_writer(p), qw = q_writer(g), r0 = e->rank == 0;
   int64_t hq = s->num_heads_q, nseq = s->num_seqs + 1;
-  add_rows(l, "q.npy", p, 1, s->head_dim_qk, p->q, 1);
+  add_rows(l, "q.npy", p, 1, s->head_dim_qk, p->q, qw);
   add_rows(l, "k.npy", p, 0, s->head_dim_qk, p->k, kw);
   add_rows(l, "v.npy", p, 0, s->head_dim_v, p->v, kw);
-  if (a->bwd) add_rows(l, "do.npy", p, 1, s->head_dim_v, p->dout, 1);
+  if (a->bwd) add_rows(l, "do.npy", p, 1, s->head_dim_v, p->dout, qw);
   if (s->sinks) add_flat(l, "sinks.npy", NPY_F32, hq, 0, hq, s->sinks, r0);
   if (s->alibi_slopes) add_flat(l, "alibi.npy", NPY_F32, hq, 0, hq, s->alibi_slopes, r0);
   if (s->num_seqs) {
@@ -185,16 +190,17 @@ static void add_inputs(part_list *l, const mpienv *e, const run_args *a, const p
 
 static void add_outputs(part_list *l, const grid *g, const problem *p, const run_result *r) {
   const attn_spec *s = &p->spec;
-  add_rows(l, "o.npy", p, 1, s->head_dim_v, r->o, 1);
+  const int qw = q_writer(g);
+  add_rows(l, "o.npy", p, 1, s->head_dim_v, r->o, qw);
   save_part lse = {.name = "lse.npy", .dtype = NPY_F32, .ndim = 3, .kind = PART_LSE,
-                   .sh = &p->qsh, .h0 = p->hq0, .hn = p->hq, .data = r->lse, .write = 1};
+                   .sh = &p->qsh, .h0 = p->hq0, .hn = p->hq, .data = r->lse, .write = qw};
   lse.shape[0] = p->batch, lse.shape[1] = s->num_heads_q, lse.shape[2] = p->seq_q;
   l->parts[l->n++] = lse;
   if (!r->bwd.done) return;
-  add_rows(l, "dq.npy", p, 1, s->head_dim_qk, r->dq, 1);
+  add_rows(l, "dq.npy", p, 1, s->head_dim_qk, r->dq, qw);
   add_rows(l, "dk.npy", p, 0, s->head_dim_qk, r->dk, kv_writer(p));
   add_rows(l, "dv.npy", p, 0, s->head_dim_v, r->dv, kv_writer(p));
-  if (r->dsinks) /* summed over the CP group: written by CP rank 0 */
+  if (r->dsinks) /* the CP group's (summed, or split-KV's replicated): written by CP rank 0 */
     add_flat(l, "dsinks.npy", NPY_F32, s->num_heads_q, p->hq0, p->hq, r->dsinks,
              g->cp_rank == 0);
 }
@@ -206,7 +212,7 @@ int save_outputs(const mpienv *e, const grid *g, const run_args *a, const proble
   /* every rank must agree on the file list: rank 0's view of the directories decides */
   int inputs = e->rank == 0 ? !same_dir(a->save_dir, a->load_dir) : 0;
   MPI_Bcast(&inputs, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (inputs) add_inputs(&l, e, a, p);
+  if (inputs) add_inputs(&l, e, g, a, p);
   add_outputs(&l, g, p, r);
   return save_parts(e, a->save_dir, parts, l.n, err, errlen);
 }

@@ -334,6 +334,23 @@ class Group(_Handle):
         return _bwd_call(self.ctx, "attn_ring_bwd", q, k, v, o, lse, dout, spec, lambda sp, *args:
                          C.lib.attn_ring_bwd(self._h, sp, lay, int(seq_q), skv, *args))
 
+    def split_kv_forward(self, q, k, v, seq_q, seq_kv=None, layout="contiguous", **spec):
+        """Split-KV attention (context-parallel decode): q holds all seq_q query rows, the
+        same on every CP rank; k, v this rank's key rows (cp_shard_rows of seq_kv). Returns
+        (o, lse) of all query rows, bitwise the same on every rank."""
+        lay, skv = _layout("attn_split_kv_fwd", layout), int(seq_q if seq_kv is None else seq_kv)
+        return _fwd_call(self.ctx, "attn_split_kv_fwd", q, k, v, spec, lambda sp, *args:
+                         C.lib.attn_split_kv_fwd(self._h, sp, lay, int(seq_q), skv, *args))
+
+    def split_kv_backward(self, q, k, v, o, lse, dout, seq_q, seq_kv=None, layout="contiguous",
+                          **spec):
+        """(dq of all query rows summed over the CP group, dk, dv of this rank's key rows,
+        float32; dsinks [Hq] or None)."""
+        lay, skv = _layout("attn_split_kv_bwd", layout), int(seq_q if seq_kv is None else seq_kv)
+        return _bwd_call(self.ctx, "attn_split_kv_bwd", q, k, v, o, lse, dout, spec,
+                         lambda sp, *args: C.lib.attn_split_kv_bwd(self._h, sp, lay, int(seq_q),
+                                                                   skv, *args))
+
 
 class Layer(_Handle):
     """The tensor-parallel attention layer y = Attn(x W_q, x W_k, x W_v) W_o over a Group:

@@ -2,7 +2,7 @@
 """random_sweep.py — attnrun on random problems, each checked against the float64 oracle
 (--check): shapes around the tiles and the row kernels (Sq 1..17, Skv past one key tile),
 every head dim class, GQA/MQA, every mask flag and dtype, one rank and 2-4 ranks (ring,
-tp, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an error) or
+tp, split-kv, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an error) or
 3 (wrong elements), or outlives its timeout; exit 2 (a refused combination, e.g. heads
 that tp does not divide) is counted, not failed. Each run prints its command, so a
 failure reproduces as it stands; the seed picks the problems.
@@ -59,13 +59,13 @@ def problem(rng, max_ranks, cuda, small):
     f += ["--batch", str(batch)]
     ranks = rng.choice([1, 1] + list(range(2, max_ranks + 1)))
     if ranks > 1:
-        mode = rng.choice(["ring", "tp", "auto"])
+        mode = rng.choice(["ring", "tp", "split-kv", "auto"])
         if mode == "tp" and (hq % ranks or (hkv % ranks and ranks % hkv)) and rng.random() < 0.8:
             mode = "ring"  # mostly problems that run; some refusals stay, to test them
         f += ["--mode", mode]
         if rng.random() < 0.3:
             f += ["--layout", rng.choice(["zigzag", "contiguous"])]
-        if rng.random() < 0.15 and sq == skv:  # the layer is self-attention
+        if rng.random() < 0.15 and sq == skv and mode != "split-kv":  # self-attention
             f += ["--d-model", str(hq * d)]
     return ranks, f
 

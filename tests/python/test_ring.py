@@ -1,7 +1,7 @@
-"""test_ring.py — the Python binding's ring attention (attnrun.Group over an mpi4py
-communicator) against the float64 NumPy reference of the whole sequence: each rank checks
-its own rows of O, LSE, dQ, dK, dV and the summed d(sinks), for both CP layouts and several
-masks. Run under mpiexec:
+"""test_ring.py — the Python binding's ring and split-KV attention (attnrun.Group over an
+mpi4py communicator) against the float64 NumPy reference of the whole sequence: each rank
+checks its own rows of O, LSE, dQ, dK, dV and the summed d(sinks), for both CP layouts and
+several masks (split-KV: every rank holds all query rows). Run under mpiexec:
     mpiexec -n 2 python3 tests/python/test_ring.py [cpu|cuda]
 Exit 0: passed on every rank; 1: failed; 77: skipped (no NumPy / mpi4py, or no device)."""
 import os
@@ -23,15 +23,17 @@ def rows(layout, seq):
     return np.concatenate([np.arange(s, s + n) for s, n in attnrun.cp_shard_rows(layout, SIZE, RANK, seq)])
 
 
-def case(grp, rng, layout, B=1, Sq=61, Skv=61, Hq=4, Hkv=2, D=16, dtype=np.float32, **spec):
+def case(grp, rng, layout, B=1, Sq=61, Skv=61, Hq=4, Hkv=2, D=16, dtype=np.float32, split=False,
+         **spec):
     if spec.pop("sinks", False):
         spec["sinks"] = rng.standard_normal(Hq).astype(np.float32)
     q, k, v, do = (rng.standard_normal(s).astype(dtype) for s in
                    ((B, Sq, Hq, D), (B, Skv, Hkv, D), (B, Skv, Hkv, D), (B, Sq, Hq, D)))
-    rq, rk = rows(layout, Sq), rows(layout, Skv)
+    rq, rk = np.arange(Sq) if split else rows(layout, Sq), rows(layout, Skv)
     lq, lk, lv, ldo = (np.ascontiguousarray(x[:, r]) for x, r in ((q, rq), (k, rk), (v, rk), (do, rq)))
-    o, lse = grp.ring_forward(lq, lk, lv, Sq, Skv, layout=layout, **spec)
-    dq, dk, dv, ds = grp.ring_backward(lq, lk, lv, o, lse, ldo, Sq, Skv, layout=layout, **spec)
+    fwd, bwd = (grp.split_kv_forward, grp.split_kv_backward) if split else (grp.ring_forward, grp.ring_backward)
+    o, lse = fwd(lq, lk, lv, Sq, Skv, layout=layout, **spec)
+    dq, dk, dv, ds = bwd(lq, lk, lv, o, lse, ldo, Sq, Skv, layout=layout, **spec)
     q, k, v, do = (x.astype(np.float32) for x in (q, k, v, do))  # the reference's view of them
     ro, rlse = ref.forward(q, k, v, **spec)
     rdq, rdk, rdv, rds = ref.backward(q, k, v, do, **spec)
@@ -43,7 +45,8 @@ def case(grp, rng, layout, B=1, Sq=61, Skv=61, Hq=4, Hkv=2, D=16, dtype=np.float
     bad = [n for n, e in errs.items() if not e <= tol[n]]
     if o.dtype != dtype:
         bad.append(f"o dtype {o.dtype}")
-    name = f"{layout} {','.join(sorted(spec)) or 'plain'} {Sq}x{Skv}" + ("" if dtype == np.float32 else " float16")
+    name = (("split-kv " if split else "") + f"{layout} {','.join(sorted(spec)) or 'plain'} {Sq}x{Skv}"
+            + ("" if dtype == np.float32 else " float16"))
     print(f"rank {RANK}: {'ok ' if not bad else 'BAD'} {name}: "
           + " ".join(f"{n} {e:.1e}" for n, e in errs.items()), flush=True)
     return bad
@@ -60,6 +63,9 @@ def main():
         bad += case(grp, rng, layout, softcap=2.5, alibi_slopes=np.array([0.5, 0.25, 0.1, 0.05], np.float32))
         if ctx.device == 0:
             bad += case(grp, rng, layout, Sq=70, Skv=70, causal=True, window=(20, 0), dtype=np.float16)
+        bad += case(grp, rng, layout, Sq=1, Skv=97, split=True, causal=True, sinks=True)
+        bad += case(grp, rng, layout, Sq=5, Skv=64, Hkv=1, split=True, causal=True, window=(30, 0),
+                    softcap=2.5)
     grp.close()
     return verdict("test_ring", ctx, bad)
 
