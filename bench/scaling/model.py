@@ -16,6 +16,10 @@ The model, per rank (its share of the heads, tp, and of the rows, cp):
   backward the same with backward's c and b, plus one more hop: the gradient accumulators
            go home
   tp mode  heads split: c = F / rate, no exchange (attention alone has no W_o AllReduce)
+  split-kv every CP rank holds all query rows and 1/cp of the keys: c = F / rate, then
+           (forward) a ring allgather of the float32 states, (cp - 1) (alpha + s / beta)
+           with s = B Hq/tp Sq (Dv + 2) 4 bytes, or (backward) a ring allreduce of dQ,
+           2 (cp - 1) (alpha + q / (cp beta)) with q = B Sq Hq/tp Dqk 4; nothing overlaps
   layer    (--d-model) adds the rank's projection GEMMs at a GEMM rate (calibrated as what
            the layer runs' times leave after attention and AllReduce) and a ring AllReduce
            of y (backward: dx) over tp: 2 (tp - 1) (alpha + bytes / (tp beta))
@@ -25,7 +29,7 @@ the cores it is bound to), 1 on cuda.
 Commands:
   model.py calibrate RECORDS.jsonl... [-o calib.json]
   model.py validate RECORDS.jsonl... [--calib calib.json]   measured vs predicted, per run
-  model.py project --calib calib.json --ranks 1024 --seq 1M [--mode ring] [--link ib]
+  model.py project --calib calib.json --ranks 1024 --seq 1M [--mode ring|tp|split-kv] [--link ib]
                    [--rate-tflops 400] [problem flags as attnrun's]
 Exit status: 0; 1 when validate finds a run off by more than --max-err; 2 bad arguments."""
 import argparse
@@ -84,9 +88,24 @@ def block_bytes(cfg, tp, cp, dtype, backward=False):
 
 
 # ---- the model -----------------------------------------------------------------------------
-def predict(cfg, tp, cp, rate, link, dtype, backward=False, F=None):
+def predict_split(cfg, tp, cp, rate, link, backward=False, F=None):
+    """(time, compute, comm) of a split-KV call: the rank's compute, then its collective."""
+    F = flops(cfg, backward) / (tp * cp) if F is None else F
+    rows = cfg["batch"] * cfg["seq_q"] * max(1, cfg["heads_q"] // tp)
+    if backward:
+        comm = 2 * (cp - 1) * (link["alpha_s"] + rows * cfg["head_dim_qk"] * 4 / (cp * link["beta_Bps"]))
+    else:
+        comm = (cp - 1) * (link["alpha_s"] + rows * (cfg["head_dim_v"] + 2) * 4 / link["beta_Bps"])
+    c = F / rate
+    return c + comm, c, comm
+
+
+def predict(cfg, tp, cp, rate, link, dtype, backward=False, F=None, split=False):
     """(time, compute of one step, comm of one step) of one call on the slowest rank:
-    c + (cp - 1) * max(c, alpha + b/beta), plus the backward's unhidden hop home."""
+    c + (cp - 1) * max(c, alpha + b/beta), plus the backward's unhidden hop home (split:
+    predict_split)."""
+    if split:
+        return predict_split(cfg, tp, cp, rate, link, backward, F)
     F = flops(cfg, backward) / (tp * cp) if F is None else F
     c = F / (cp * rate)
     comm = link["alpha_s"] + block_bytes(cfg, tp, cp, dtype, backward) / link["beta_Bps"]
@@ -217,7 +236,7 @@ def predict_run(r, calib, ps):
         if not F:
             continue
         t, _, _ = predict(r["config"], r["tp"], r["cp"], rate_unit * units(r, pr), link,
-                          r["dtype"], ps == "bwd", F=F)
+                          r["dtype"], ps == "bwd", F=F, split="split-kv" in r["mode"])
         if layer:
             gemm, ar = layer_terms(r["config"], r["tp"], r["cp"], link, ps == "bwd")
             t += gemm / (gemm_unit * units(r, pr)) + ar
@@ -268,7 +287,7 @@ def project(args, calib):
         if key not in calib.get("rates", {}):
             raise SystemExit(f"model.py: no calibrated rate for {key}; give --rate-tflops")
         rate, rate_src = calib["rates"][key] * args.units, f"calibrated {key} x {args.units} units"
-    t, c, comm = predict(cfg, tp, cp, rate, link, args.dtype, args.bwd)
+    t, c, comm = predict(cfg, tp, cp, rate, link, args.dtype, args.bwd, split=args.mode == "split-kv")
     ideal = flops(cfg, args.bwd) / (P * rate)
     res = {"ranks": P, "tp": tp, "cp": cp, "seq": cfg["seq_q"], "pass": "bwd" if args.bwd else "fwd",
            "time_s": t, "step_compute_s": c, "step_comm_s": comm, "efficiency": ideal / t,
@@ -291,7 +310,7 @@ def main(argv=None):
     p = sub.add_parser("project")
     p.add_argument("--calib")
     p.add_argument("--ranks", type=int, required=True)
-    p.add_argument("--mode", choices=["ring", "tp"], default="ring")
+    p.add_argument("--mode", choices=["ring", "tp", "split-kv"], default="ring")
     p.add_argument("--tp", type=int)
     p.add_argument("--link", default="measured", help="nvlink | ib | measured (the calibration's)")
     p.add_argument("--rate-tflops", type=float, help="kernel rate per rank (default: calibrated)")

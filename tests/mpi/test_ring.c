@@ -560,11 +560,30 @@ static int part_varlen(void) {
   return ok;
 }
 
+void random_flags(tu_rng *rng, rcase *c, int64_t left, int64_t wide_left) {
+  int w = (int)tu_randint(rng, 0, 3);
+  if (w == 1) c->wl = tu_randint(rng, 0, left);
+  if (w == 2) c->wr = tu_randint(rng, 0, 64);
+  if (w == 3) c->wl = tu_randint(rng, 0, wide_left), c->wr = tu_randint(rng, 0, 20);
+  c->sinks = tu_randint(rng, 0, 2) == 0;
+  c->alibi = tu_randint(rng, 0, 2) == 0;
+  c->softcap = tu_randint(rng, 0, 3) == 0 ? 4.0f : 0.0f;
+}
+
+const char *case_name(char *buf, size_t n, const char *prefix, int i, const rcase *c) {
+  snprintf(buf, n, "%s %d: %s S=%lld/%lld H=%d/%d D=%d/%d%s w=(%lld,%lld)%s%s%s%s%s%s", prefix, i,
+           c->layout ? "zz" : "ct", (long long)c->Sq, (long long)c->Skv, c->Hq, c->Hkv, c->Dqk,
+           c->Dv, c->causal ? " causal" : "", (long long)c->wl, (long long)c->wr,
+           c->sinks ? " sinks" : "", c->alibi ? " alibi" : "", c->softcap > 0 ? " cap" : "",
+           c->nseq ? " varlen" : "", c->bmask ? " bmask" : "", c->bhsd ? " bhsd" : "");
+  return buf;
+}
+
 /* Random cases from one seed (the same on every rank): shapes, layouts and every mask
  * flag mixed, windows down to 0, varlen with empty and one-row sequences. */
 static int part_random(void) {
   static int32_t lq[16], lkv[16];
-  static char names[24][96];
+  static char names[24][112];
   tu_rng rng = tu_rng_make(2024);
   int ok = 1;
   for (int n = 0; n < 24; n++) {
@@ -578,13 +597,7 @@ static int part_random(void) {
     c.Dv = (int)tu_randint(&rng, 0, 1) ? (int)tu_randint(&rng, 8, 40) : 0;
     c.Sq = tu_randint(&rng, 2 * g_size + 1, 420);
     c.Skv = tu_randint(&rng, 0, 1) ? c.Sq : tu_randint(&rng, 2 * g_size + 1, 420);
-    int w = (int)tu_randint(&rng, 0, 3);
-    if (w == 1) c.wl = tu_randint(&rng, 0, 64);
-    if (w == 2) c.wr = tu_randint(&rng, 0, 64);
-    if (w == 3) c.wl = tu_randint(&rng, 0, 150), c.wr = tu_randint(&rng, 0, 20);
-    c.sinks = tu_randint(&rng, 0, 2) == 0;
-    c.alibi = tu_randint(&rng, 0, 2) == 0;
-    c.softcap = tu_randint(&rng, 0, 3) == 0 ? 4.0f : 0.0f;
+    random_flags(&rng, &c, 64, 150);
     if (tu_randint(&rng, 0, 2) == 0) { /* varlen: B = 1, random lengths summing to Sq / Skv */
       c.nseq = (int)tu_randint(&rng, 1, 16);
       int64_t tq = 0, tk = 0;
@@ -604,13 +617,7 @@ static int part_random(void) {
       c.B = tu_randint(&rng, 1, 2);
       c.bmask = tu_randint(&rng, 0, 3) == 0;
     }
-    snprintf(names[n], sizeof names[n],
-             "random %d: %s S=%lld/%lld H=%d/%d D=%d/%d%s w=(%lld,%lld)%s%s%s%s%s", n,
-             c.layout ? "zz" : "ct", (long long)c.Sq, (long long)c.Skv, c.Hq, c.Hkv, c.Dqk, c.Dv,
-             c.causal ? " causal" : "", (long long)c.wl, (long long)c.wr, c.sinks ? " sinks" : "",
-             c.alibi ? " alibi" : "", c.softcap > 0 ? " cap" : "", c.nseq ? " varlen" : "",
-             c.bmask ? " bmask" : "");
-    c.name = names[n];
+    c.name = case_name(names[n], sizeof names[n], "random", n, &c);
     ok &= run_case(&c);
   }
   return ok;

@@ -37,6 +37,12 @@ extern const rcase ring_base;
  * dsinks, a repeat bitwise identical, the step record. Returns 1 on pass (agreed). */
 int run_case(const rcase *c);
 
+/* Random window (left up to `left` keys, or `wide_left` with a right part), sinks, ALiBi
+ * and softcap. */
+void random_flags(tu_rng *rng, rcase *c, int64_t left, int64_t wide_left);
+/* "<prefix> <i>: <the case's shape and flags>" in buf; returns buf. */
+const char *case_name(char *buf, size_t n, const char *prefix, int i, const rcase *c);
+
 int part_split(void);        /* test_ring_split.c */
 int part_split_random(void);
 

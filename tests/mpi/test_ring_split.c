@@ -139,13 +139,7 @@ int part_split_random(void) {
     c.Dv = (int)tu_randint(&rng, 0, 1) ? (int)tu_randint(&rng, 8, 72) : 0;
     c.Skv = tu_randint(&rng, 2 * g_size, 700);
     c.Sq = tu_randint(&rng, 0, 3) ? tu_randint(&rng, 1, 9) : tu_randint(&rng, 1, c.Skv);
-    int w = (int)tu_randint(&rng, 0, 3);
-    if (w == 1) c.wl = tu_randint(&rng, 0, 200);
-    if (w == 2) c.wr = tu_randint(&rng, 0, 64);
-    if (w == 3) c.wl = tu_randint(&rng, 0, 300), c.wr = tu_randint(&rng, 0, 20);
-    c.sinks = tu_randint(&rng, 0, 2) == 0;
-    c.alibi = tu_randint(&rng, 0, 2) == 0;
-    c.softcap = tu_randint(&rng, 0, 3) == 0 ? 4.0f : 0.0f;
+    random_flags(&rng, &c, 200, 300);
     c.bhsd = tu_randint(&rng, 0, 3) == 0;
     if (tu_randint(&rng, 0, 2) == 0) { /* varlen: B = 1, lengths summing to Sq / Skv */
       c.nseq = (int)tu_randint(&rng, 1, 12);
@@ -166,13 +160,7 @@ int part_split_random(void) {
       c.B = tu_randint(&rng, 1, 3);
       c.bmask = tu_randint(&rng, 0, 3) == 0;
     }
-    snprintf(names[n], sizeof names[n],
-             "split random %d: %s S=%lld/%lld H=%d/%d D=%d/%d%s w=(%lld,%lld)%s%s%s%s%s%s", n,
-             c.layout ? "zz" : "ct", (long long)c.Sq, (long long)c.Skv, c.Hq, c.Hkv, c.Dqk, c.Dv,
-             c.causal ? " causal" : "", (long long)c.wl, (long long)c.wr, c.sinks ? " sinks" : "",
-             c.alibi ? " alibi" : "", c.softcap > 0 ? " cap" : "", c.nseq ? " varlen" : "",
-             c.bmask ? " bmask" : "", c.bhsd ? " bhsd" : "");
-    c.name = names[n];
+    c.name = case_name(names[n], sizeof names[n], "split random", n, &c);
     ok &= run_case(&c);
   }
   return ok;
