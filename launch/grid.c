@@ -3,9 +3,9 @@
  *
  * --mode auto on more than one rank: tensor parallelism splits heads with no K/V
  * exchange at all, so it goes first, up to the largest divisor of the rank count that
- * the heads allow; the remaining factor goes to the ring. From GRID_LONG_SEQ keys on the
- * ring goes first instead (tp = 1, cp = all ranks): K/V of the full sequence per rank is
- * what stops long runs, and the ring is the only mode that cuts it.
+ * the heads allow; the remaining factor goes to context parallelism. From GRID_LONG_SEQ
+ * keys on it goes first instead (tp = 1, cp = all ranks): K/V of the full sequence per
+ * rank is what stops long runs, and only a CP mode (ring or split-KV) cuts it.
  *
  * Split-KV (context-parallel decode) cuts K/V without cutting the queries: each CP rank
  * folds its keys into a state for every query row, and the states are gathered. Auto
@@ -35,8 +35,8 @@ static void choose_auto(const attn_spec *s, int64_t seq_kv, int ranks, grid *g) 
   if (seq_kv >= GRID_LONG_SEQ) {
     g->tp = 1, g->cp = ranks;
     snprintf(g->why, sizeof g->why,
-             "auto: %lld keys >= %d, so the ring goes first: it is the only mode that cuts "
-             "K/V of the sequence (tp=1 x cp=%d)",
+             "auto: %lld keys >= %d, so context parallelism goes first: it cuts K/V of the "
+             "sequence, which stops long runs (tp=1 x cp=%d)",
              (long long)seq_kv, GRID_LONG_SEQ, ranks);
     return;
   }
@@ -133,6 +133,11 @@ static int choose_split(const run_args *a, const attn_spec *s, int64_t seq_q, in
                "; split-kv: its states (%.3g MB a rank) are smaller than the K/V the ring "
                "carries (%.3g MB)",
                sb / 1e6, rb / 1e6);
+  } else {
+    snprintf(g->why + n, sizeof g->why - n,
+             "; ring: the K/V it carries (%.3g MB a rank) are no more than split-kv's states "
+             "(%.3g MB)",
+             rb / 1e6, sb / 1e6);
   }
   return 0;
 }

@@ -19,7 +19,7 @@ typedef struct {
   int32_t tp_rank, cp_rank; /* world rank = cp_rank * tp + tp_rank (TP groups consecutive) */
   attn_cp_layout layout;
   int32_t hq0, hq, hk0, hk; /* this rank's query heads and KV heads */
-  char why[320];            /* the choice, in words (auto grid, layout) */
+  char why[640];            /* the choice, in words (auto grid, layout) */
 } grid;
 
 /* Chooses and validates the grid for `ranks` ranks; `rank` is this rank. Every rank gets
