@@ -5,7 +5,10 @@
  * bf16 with a bf16 tile unit (cfg.cpu_amx: AMX or AVX512-BF16) runs the five products on
  * the tiles from bf16 operands, P and dS rounded to bf16, and accumulates dQ, dK, dV in
  * float32 buffers of the work unit that it adds to the outputs once a head (dQ) or a key
- * tile (dK, dV) is done. */
+ * tile (dK, dV) is done. Short query tiles (decode, speculative steps) with float32
+ * arithmetic carry nh heads of the GQA group in their lanes (lane L = row L % rows of
+ * head h + L / rows), so that each K/V tile is read, and each dK/dV tile updated, once
+ * for them instead of once a head; their dQ goes through the unit's float32 buffer. */
 #include "convert.h"
 #include "cpu.h"
 
@@ -29,6 +32,7 @@ typedef struct {
   const int64_t *seg_tile0; /* [nseg + 1] first tile of each segment */
   const cpu_tile_flags *kbad; /* which K tiles hold NaN or Inf */
   int nsplit;
+  int nh; /* query heads a tile's lanes carry (float32 arithmetic; see bwd_pack) */
   attn__view dout, dk, dv;
   attn__view *dq; /* [nsplit] */
   const float *lse, *delta;
@@ -44,8 +48,8 @@ typedef struct {
   float *s;       /* [CPU_BC][CPU_BR] S^T, then P^T */
   float *dp;      /* [CPU_BC][CPU_BR] dP^T, then dS^T */
   float *t;       /* [CPU_BC][CPU_BR] tanh (softcap) */
-  /* bf16/f16 inputs as float32 (unused for float32): Q and dO rows of the head, K and V
-   * rows of the key tile */
+  /* bf16/f16 inputs as float32, and the lanes' rows of packed heads: Q and dO rows of the
+   * head(s) per query tile; K and V rows of the key tile (bf16/f16) */
   float *qrow;    /* [ntiles][CPU_BR][Dqk] */
   float *dorow;   /* [ntiles][CPU_BR][Dv] */
   float *kc, *vc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
@@ -58,33 +62,36 @@ typedef struct {
   uint16_t *kpad;      /* [32][max(Dqk, Dv)] */
   uint16_t *pt, *dst;  /* [CPU_BC][CPU_BR] */
   uint16_t *ds;        /* [CPU_BR][CPU_BC] */
-  float *dqacc;        /* [ntiles][CPU_BR][Dqk] */
+  float *dqacc;        /* [ntiles][CPU_BR][Dqk] (also float32 arithmetic with packed heads) */
   float *dkacc, *dvacc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
 } bwd_work;
 
-/* Q^T, dO^T, lse and delta of head h, lane-major per query tile. */
-static void pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
+/* Q^T, dO^T, lse and delta of heads h..h+nh-1, lane-major per query tile (packed heads:
+ * their rows gathered into qrow / dorow, and the tile's dQ buffer zeroed). */
+static void pack_head(const bwd_job *jb, int64_t b, int64_t h, int nh, bwd_work *w) {
   const attn__problem *pb = jb->pb;
   const float qs = attn__cpu_q_scale(pb);
   for (int64_t t = 0; t < jb->ntiles; t++) {
     const qtile *qt = &jb->tiles[t];
+    const int rows = qt->rows, used = nh * rows;
     float *qd = w->qt + t * pb->Dqk * CPU_BR, *od = w->dot + t * pb->Dv * CPU_BR;
     float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
     int64_t lq, ld;
-    float *qc = w->qrow ? w->qrow + t * CPU_BR * pb->Dqk : NULL; /* bf16/f16 only */
+    float *qc = w->qrow ? w->qrow + t * CPU_BR * pb->Dqk : NULL; /* bf16/f16 or packed */
     float *dc = w->dorow ? w->dorow + t * CPU_BR * pb->Dv : NULL;
-    const float *q = attn__cpu_rows_f32(jb->ops, pb->q, pb->dtype, b, qt->r0, h, qt->rows,
-                                        (int)pb->Dqk, qc, &lq);
-    const float *d = attn__cpu_rows_f32(jb->ops, jb->dout, pb->dtype, b, qt->r0, h, qt->rows,
-                                        (int)pb->Dv, dc, &ld);
-    jb->ops->pack_t(qd, q, lq, qt->rows, (int)pb->Dqk, qs);
-    jb->ops->pack_t(od, d, ld, qt->rows, (int)pb->Dv, 1.0f);
-    int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
-    for (int i = 0; i < CPU_BR; i++) {
-      l2[i] = i < qt->rows ? jb->lse[row + i] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
-      dl[i] = i < qt->rows ? jb->delta[row + i] : 0.0f;
+    const float *q = attn__cpu_lane_rows(jb->ops, pb->q, pb->dtype, b, qt->r0, h, nh, rows,
+                                         (int)pb->Dqk, qc, &lq);
+    const float *d = attn__cpu_lane_rows(jb->ops, jb->dout, pb->dtype, b, qt->r0, h, nh, rows,
+                                         (int)pb->Dv, dc, &ld);
+    jb->ops->pack_t(qd, q, lq, used, (int)pb->Dqk, qs);
+    jb->ops->pack_t(od, d, ld, used, (int)pb->Dv, 1.0f);
+    if (nh > 1) memset(w->dqacc + t * CPU_BR * pb->Dqk, 0, (size_t)used * pb->Dqk * sizeof(float));
+    for (int L = 0; L < CPU_BR; L++) {
+      const int64_t row = (b * pb->Hq + h + L / rows) * jb->lse_rows + pb->q_row0 + qt->r0 + L % rows;
+      l2[L] = L < used ? jb->lse[row] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
+      dl[L] = L < used ? jb->delta[row] : 0.0f;
     }
   }
 }
@@ -95,8 +102,8 @@ typedef struct {
   int64_t ldk, ldv;
 } key_rows;
 
-/* One (query tile, key tile) pair of head h. */
-static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64_t hk,
+/* One (query tile, key tile) pair of heads h..h+nh-1 (packed heads: dQ into w->dqacc). */
+static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int nh, int64_t hk,
                      int64_t t, int64_t ca, int nj, int safe, attn__view dq,
                      const key_rows *kr) {
   const attn__problem *pb = jb->pb;
@@ -105,7 +112,7 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   const float *k = kr->k, *v = kr->v; /* [nj rows] */
   const float *q, *dO; /* [rows] rows: the caller's, or (bf16/f16) what pack_head converted */
   int64_t lq, ldo;
-  if (pb->dtype == ATTN_F32) {
+  if (pb->dtype == ATTN_F32 && nh == 1) {
     q = pb->q.p + b * pb->q.sb + qt->r0 * pb->q.ss + h * pb->q.sh, lq = pb->q.ss;
     dO = jb->dout.p + b * jb->dout.sb + qt->r0 * jb->dout.ss + h * jb->dout.sh, ldo = jb->dout.ss;
   } else {
@@ -114,8 +121,10 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   }
   float *dk = jb->dk.p + b * jb->dk.sb + ca * jb->dk.ss + hk * jb->dk.sh;
   float *dv = jb->dv.p + b * jb->dv.sb + ca * jb->dv.ss + hk * jb->dv.sh;
-  float *dqr = dq.p + b * dq.sb + qt->r0 * dq.ss + h * dq.sh;
-  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, rows = qt->rows;
+  float *dqr = nh == 1 ? dq.p + b * dq.sb + qt->r0 * dq.ss + h * dq.sh
+                      : w->dqacc + t * CPU_BR * pb->Dqk;
+  const int64_t ldq = nh == 1 ? dq.ss : pb->Dqk;
+  const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, rows = nh * qt->rows; /* lanes in use */
   float *T = pb->softcap > 0.0f ? w->t : NULL;
 
   const int lanes = w->ti.lanes; /* S^T, dP^T: only the lanes of the tile's rows */
@@ -129,7 +138,7 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int64
   ops->gemm(dv, jb->dv.ss, w->s, 1, CPU_BR, dO, ldo, nj, Dv, rows, NULL, CPU_GEMM_ADD, 0);
   ops->gemm(dk, jb->dk.ss, w->dp, 1, CPU_BR, q, lq, nj, Dqk, rows, NULL, CPU_GEMM_ADD, 0);
   /* dQ[i] += sum_j dS^T[j][i] K[j] */
-  ops->gemm(dqr, dq.ss, w->dp, CPU_BR, 1, k, kr->ldk, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
+  ops->gemm(dqr, ldq, w->dp, CPU_BR, 1, k, kr->ldk, rows, Dqk, nj, NULL, CPU_GEMM_ADD, safe);
 }
 
 /* The bf16 tiles' operands of head h: Q and dO rows of each query tile as B tiles both
@@ -199,9 +208,10 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
   int64_t computed = 0, skipped = 0;
   double flops = 0;
   if (bf) bf->begin();
-  for (int64_t h = hk * G; h < (hk + 1) * G; h++) {
+  for (int64_t h = hk * G, nh; h < (hk + 1) * G; h += nh) {
+    nh = (hk + 1) * G - h < jb->nh ? (hk + 1) * G - h : jb->nh;
     if (bf) bf16_pack_head(jb, b, h, w);
-    else pack_head(jb, b, h, w);
+    else pack_head(jb, b, h, (int)nh, w);
     for (int s = 0; s < jb->nseg; s++) {
       const cpu_segment *seg = &jb->segs[s];
       for (int64_t kt = seg->c0 / CPU_BC; kt * CPU_BC < seg->c1; kt++) {
@@ -223,15 +233,15 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         for (int64_t t = jb->seg_tile0[s]; t < jb->seg_tile0[s + 1]; t++) {
           const qtile *qt = &jb->tiles[t];
           int64_t a = ca > qt->kc0 ? ca : qt->kc0, e = cb < qt->kc1 ? cb : qt->kc1;
-          if (a >= e ||
-              !attn__cpu_tile_info(pb, seg, h, 1, qt->r0, qt->rows, ca, cb, &w->ti, w->elem)) {
-            skipped++;
+          if (a >= e || !attn__cpu_tile_info(pb, seg, h, (int)nh, qt->r0, qt->rows, ca, cb,
+                                             &w->ti, w->elem)) {
+            skipped += nh;
             continue;
           }
           if (bf) bf16_pair(jb, w, b, hk, t, ca, nj, safe);
-          else run_pair(jb, w, b, h, hk, t, ca, nj, safe, jb->dq[split], &kr);
-          computed++;
-          flops += 2.0 * qt->rows * (double)nj * (double)(3 * pb->Dqk + 2 * pb->Dv);
+          else run_pair(jb, w, b, h, (int)nh, hk, t, ca, nj, safe, jb->dq[split], &kr);
+          computed += nh;
+          flops += 2.0 * nh * qt->rows * (double)nj * (double)(3 * pb->Dqk + 2 * pb->Dv);
         }
         if (bf) {
           add_rows(jb->dk.p + b * jb->dk.sb + ca * jb->dk.ss + hk * jb->dk.sh, jb->dk.ss,
@@ -241,11 +251,13 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
         }
       }
     }
-    if (bf) {
+    if (bf || nh > 1) { /* each head's lanes of the dQ buffers */
       const attn__view dq = jb->dq[split];
       for (int64_t t = 0; t < jb->ntiles; t++)
-        add_rows(dq.p + b * dq.sb + jb->tiles[t].r0 * dq.ss + h * dq.sh, dq.ss,
-                 w->dqacc + (size_t)t * CPU_BR * Dqk, jb->tiles[t].rows, Dqk);
+        for (int64_t g = 0; g < nh; g++)
+          add_rows(dq.p + b * dq.sb + jb->tiles[t].r0 * dq.ss + (h + g) * dq.sh, dq.ss,
+                   w->dqacc + ((size_t)t * CPU_BR + (size_t)g * jb->tiles[t].rows) * Dqk,
+                   jb->tiles[t].rows, Dqk);
     }
   }
   if (bf) bf->end();
@@ -289,14 +301,15 @@ static bwd_work *bf16_work_alloc(const attn__problem *pb, int64_t ntiles) {
   return w;
 }
 
-static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int bf16) {
+static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int bf16, int nh) {
   if (bf16) return bf16_work_alloc(pb, ntiles);
   bwd_work *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   size_t tile = (size_t)CPU_BC * CPU_BR;
-  const int lp = pb->dtype != ATTN_F32; /* the float32 copies of bf16/f16 inputs */
+  const int conv = pb->dtype != ATTN_F32, lp = conv || nh > 1; /* float32 rows of Q, dO */
   size_t n = (size_t)ntiles * CPU_BR * (size_t)((1 + lp) * (pb->Dqk + pb->Dv) + 2) + 3 * tile +
-             (lp ? (size_t)CPU_BC * (size_t)(pb->Dqk + pb->Dv) : 0);
+             (conv ? (size_t)CPU_BC * (size_t)(pb->Dqk + pb->Dv) : 0) +
+             (nh > 1 ? (size_t)ntiles * CPU_BR * (size_t)pb->Dqk : 0);
   float *buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     free(w);
@@ -309,12 +322,18 @@ static bwd_work *work_alloc(const attn__problem *pb, int64_t ntiles, int bf16) {
   w->s = w->dl + (size_t)ntiles * CPU_BR;
   w->dp = w->s + tile;
   w->t = w->dp + tile;
+  float *end = w->t + tile;
   if (lp) {
-    w->qrow = w->t + tile;
+    w->qrow = end;
     w->dorow = w->qrow + (size_t)ntiles * CPU_BR * pb->Dqk;
-    w->kc = w->dorow + (size_t)ntiles * CPU_BR * pb->Dv;
-    w->vc = w->kc + (size_t)CPU_BC * pb->Dqk;
+    end = w->dorow + (size_t)ntiles * CPU_BR * pb->Dv;
   }
+  if (conv) {
+    w->kc = end;
+    w->vc = w->kc + (size_t)CPU_BC * pb->Dqk;
+    end = w->vc + (size_t)CPU_BC * pb->Dv;
+  }
+  if (nh > 1) w->dqacc = end;
   return w;
 }
 
@@ -347,13 +366,23 @@ static attn_status make_tiles(const attn__problem *pb, const cpu_segment *segs, 
   return ATTN_OK;
 }
 
+/* Heads a query tile's lanes carry: as many of the GQA group as fit when every tile holds
+ * at most half the lanes (float32 arithmetic), else 1. */
+static int bwd_pack(const attn__problem *pb, const qtile *tiles, int64_t ntiles, int bf16) {
+  int rows = 1;
+  for (int64_t t = 0; t < ntiles; t++) rows = tiles[t].rows > rows ? tiles[t].rows : rows;
+  const int64_t G = pb->Hq / pb->Hkv, fit = CPU_BR / rows;
+  if (bf16 || fit < 2) return 1;
+  return (int)(G < fit ? G : fit);
+}
+
 static attn_status run_units(bwd_job *jb, int threads) {
   const attn__problem *pb = jb->pb;
   int64_t nunits = pb->B * pb->Hkv * jb->nsplit;
   int failed = 0;
 #pragma omp parallel num_threads(threads)
   {
-    bwd_work *w = work_alloc(pb, jb->ntiles, jb->bf16 != NULL);
+    bwd_work *w = work_alloc(pb, jb->ntiles, jb->bf16 != NULL, jb->nh);
     if (!w) {
 #pragma omp atomic write
       failed = 1;
@@ -402,6 +431,7 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK_GOTO(make_tiles(pb, segs, jb.nseg, &tiles, &jb.ntiles, &seg_tile0), st, done);
   jb.tiles = tiles;
   jb.seg_tile0 = seg_tile0;
+  jb.nh = bwd_pack(pb, tiles, jb.ntiles, bf16 != NULL);
   ATTN_CHECK_GOTO(attn__cpu_flags_init(&kbad, pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk),
                   st, done);
   jb.kbad = &kbad;

@@ -244,6 +244,13 @@ const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtyp
                                 int64_t s0, int64_t h, int rows, int D, float *buf,
                                 int64_t *ld);
 
+/* Rows to lanes: rows [s0, s0+rows) of heads h..h+nh-1 of batch b of x (dtype t, D wide)
+ * as float32 [nh*rows][*ld], lane L = row L % rows of head h + L / rows: x itself for one
+ * float32 head, else gathered (and converted) into buf [nh*rows][D] (*ld = D). */
+const float *attn__cpu_lane_rows(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
+                                 int64_t s0, int64_t h, int nh, int rows, int D, float *buf,
+                                 int64_t *ld);
+
 /* Adds a finished tile to the context's statistics (thread-safe). */
 void attn__cpu_count(attn_ctx_t ctx, int64_t computed, int64_t skipped, double flops);
 

@@ -47,25 +47,10 @@ typedef struct {
   int64_t ntk;
 } fwd_job;
 
-/* Rows to lanes: the lanes' rows of x (dtype t, D wide) as float32 [nh*rows][*ld]: x
- * itself for one float32 head, else gathered (and converted) into buf. */
+/* Rows to lanes: the item's lanes' rows of x (attn__cpu_lane_rows). */
 static const float *lane_rows(const fwd_job *jb, const fwd_item *it, attn__view x, attn_dtype t,
                               int D, float *buf, int64_t *ld) {
-  if (it->nh == 1)
-    return attn__cpu_rows_f32(jb->ops, x, t, it->b, it->r0, it->h, it->rows, D, buf, ld);
-  for (int g = 0; g < it->nh; g++) {
-    float *dst = buf + (size_t)g * it->rows * D;
-    if (t != ATTN_F32) {
-      int64_t ignored;
-      attn__cpu_rows_f32(jb->ops, x, t, it->b, it->r0, it->h + g, it->rows, D, dst, &ignored);
-      continue;
-    }
-    for (int i = 0; i < it->rows; i++)
-      memcpy(dst + (size_t)i * D, attn__cpu_row(x, ATTN_F32, it->b, it->r0 + i, it->h + g),
-             (size_t)D * sizeof(float));
-  }
-  *ld = D;
-  return buf;
+  return attn__cpu_lane_rows(jb->ops, x, t, it->b, it->r0, it->h, it->nh, it->rows, D, buf, ld);
 }
 
 static void pack_qt(const fwd_job *jb, const fwd_item *it, fwd_work *w) {

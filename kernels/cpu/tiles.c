@@ -181,3 +181,22 @@ const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtyp
   *ld = D;
   return buf;
 }
+
+const float *attn__cpu_lane_rows(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
+                                 int64_t s0, int64_t h, int nh, int rows, int D, float *buf,
+                                 int64_t *ld) {
+  if (nh == 1) return attn__cpu_rows_f32(ops, x, t, b, s0, h, rows, D, buf, ld);
+  for (int g = 0; g < nh; g++) {
+    float *dst = buf + (size_t)g * rows * D;
+    if (t != ATTN_F32) {
+      int64_t ignored;
+      attn__cpu_rows_f32(ops, x, t, b, s0, h + g, rows, D, dst, &ignored);
+      continue;
+    }
+    for (int i = 0; i < rows; i++)
+      memcpy(dst + (size_t)i * D, attn__cpu_row(x, ATTN_F32, b, s0 + i, h + g),
+             (size_t)D * sizeof(float));
+  }
+  *ld = D;
+  return buf;
+}
