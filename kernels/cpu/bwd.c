@@ -5,10 +5,10 @@
  * bf16 with a bf16 tile unit (cfg.cpu_amx: AMX or AVX512-BF16) runs the five products on
  * the tiles from bf16 operands, P and dS rounded to bf16, and accumulates dQ, dK, dV in
  * float32 buffers of the work unit that it adds to the outputs once a head (dQ) or a key
- * tile (dK, dV) is done. Short query tiles (decode, speculative steps) with float32
- * arithmetic carry nh heads of the GQA group in their lanes (lane L = row L % rows of
- * head h + L / rows), so that each K/V tile is read, and each dK/dV tile updated, once
- * for them instead of once a head; their dQ goes through the unit's float32 buffer. */
+ * tile (dK, dV) is done. Short query tiles (decode, speculative steps) carry nh heads of
+ * the GQA group in their lanes (lane L = row L % rows of head h + L / rows), so that each
+ * K/V tile is read, and each dK/dV tile updated, once for them instead of once a head;
+ * their dQ goes through the unit's float32 buffer. */
 #include "convert.h"
 #include "cpu.h"
 
@@ -32,7 +32,7 @@ typedef struct {
   const int64_t *seg_tile0; /* [nseg + 1] first tile of each segment */
   const cpu_tile_flags *kbad; /* which K tiles hold NaN or Inf */
   int nsplit;
-  int nh; /* query heads a tile's lanes carry (float32 arithmetic; see bwd_pack) */
+  int nh; /* query heads a tile's lanes carry (see bwd_pack) */
   attn__view dout, dk, dv;
   attn__view *dq; /* [nsplit] */
   const float *lse, *delta;
@@ -62,11 +62,25 @@ typedef struct {
   uint16_t *kpad;      /* [32][max(Dqk, Dv)] */
   uint16_t *pt, *dst;  /* [CPU_BC][CPU_BR] */
   uint16_t *ds;        /* [CPU_BR][CPU_BC] */
+  uint16_t *lane16;    /* [CPU_BR][max(Dqk, Dv)] packed heads' bf16 rows, gathered */
   float *dqacc;        /* [ntiles][CPU_BR][Dqk] (also float32 arithmetic with packed heads) */
   float *dkacc, *dvacc; /* [CPU_BC][Dqk], [CPU_BC][Dv] */
   uint8_t elem[CPU_BC * CPU_BR];
   cpu_tile_info ti;
 } bwd_work;
+
+/* lse (log2 units) and delta of a tile's lanes: heads h..h+nh-1 over its rows. */
+static void lane_stats(const bwd_job *jb, int64_t b, int64_t h, int nh, int64_t t, bwd_work *w) {
+  const attn__problem *pb = jb->pb;
+  const qtile *qt = &jb->tiles[t];
+  const int rows = qt->rows, used = nh * rows;
+  float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
+  for (int L = 0; L < CPU_BR; L++) {
+    const int64_t row = (b * pb->Hq + h + L / rows) * jb->lse_rows + pb->q_row0 + qt->r0 + L % rows;
+    l2[L] = L < used ? jb->lse[row] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
+    dl[L] = L < used ? jb->delta[row] : 0.0f;
+  }
+}
 
 /* Q^T, dO^T, lse and delta of heads h..h+nh-1, lane-major per query tile (packed heads:
  * their rows gathered into qrow / dorow, and the tile's dQ buffer zeroed). */
@@ -77,7 +91,6 @@ static void pack_head(const bwd_job *jb, int64_t b, int64_t h, int nh, bwd_work 
     const qtile *qt = &jb->tiles[t];
     const int rows = qt->rows, used = nh * rows;
     float *qd = w->qt + t * pb->Dqk * CPU_BR, *od = w->dot + t * pb->Dv * CPU_BR;
-    float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
     int64_t lq, ld;
     float *qc = w->qrow ? w->qrow + t * CPU_BR * pb->Dqk : NULL; /* bf16/f16 or packed */
     float *dc = w->dorow ? w->dorow + t * CPU_BR * pb->Dv : NULL;
@@ -88,11 +101,7 @@ static void pack_head(const bwd_job *jb, int64_t b, int64_t h, int nh, bwd_work 
     jb->ops->pack_t(qd, q, lq, used, (int)pb->Dqk, qs);
     jb->ops->pack_t(od, d, ld, used, (int)pb->Dv, 1.0f);
     if (nh > 1) memset(w->dqacc + t * CPU_BR * pb->Dqk, 0, (size_t)used * pb->Dqk * sizeof(float));
-    for (int L = 0; L < CPU_BR; L++) {
-      const int64_t row = (b * pb->Hq + h + L / rows) * jb->lse_rows + pb->q_row0 + qt->r0 + L % rows;
-      l2[L] = L < used ? jb->lse[row] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
-      dl[L] = L < used ? jb->delta[row] : 0.0f;
-    }
+    lane_stats(jb, b, h, nh, t, w);
   }
 }
 
@@ -143,25 +152,35 @@ static void run_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t h, int n
 
 /* The bf16 tiles' operands of head h: Q and dO rows of each query tile as B tiles both
  * ways, lse and delta, and zero dQ accumulators. */
-static void bf16_pack_head(const bwd_job *jb, int64_t b, int64_t h, bwd_work *w) {
+/* The bf16 rows of a tile's lanes (heads h..h+nh-1) of x: x itself for one head (*ld its
+ * row stride), else gathered into buf [nh*rows][D] (*ld = D). */
+static const uint16_t *lane_rows16(attn__view x, int64_t b, const qtile *qt, int64_t h, int nh,
+                                   int D, uint16_t *buf, int64_t *ld) {
+  *ld = nh == 1 ? x.ss : D;
+  if (nh == 1) return attn__cpu_row(x, ATTN_BF16, b, qt->r0, h);
+  for (int g = 0; g < nh; g++)
+    for (int i = 0; i < qt->rows; i++)
+      memcpy(buf + ((size_t)g * qt->rows + i) * D, attn__cpu_row(x, ATTN_BF16, b, qt->r0 + i, h + g),
+             (size_t)D * sizeof(uint16_t));
+  return buf;
+}
+
+static void bf16_pack_head(const bwd_job *jb, int64_t b, int64_t h, int nh, bwd_work *w) {
   const attn__problem *pb = jb->pb;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv;
   for (int64_t t = 0; t < jb->ntiles; t++) {
     const qtile *qt = &jb->tiles[t];
-    const uint16_t *q = attn__cpu_row(pb->q, ATTN_BF16, b, qt->r0, h);
-    const uint16_t *d = attn__cpu_row(jb->dout, ATTN_BF16, b, qt->r0, h);
+    const int used = nh * qt->rows;
     const size_t tq = (size_t)t * CPU_BR * Dqk, tv = (size_t)t * CPU_BR * Dv;
-    jb->bf16->pack_lanes(w->qv + tq, q, pb->q.ss, qt->rows, Dqk);
-    jb->bf16->pack_pairs(w->qn + tq, q, pb->q.ss, qt->rows, Dqk);
-    jb->bf16->pack_lanes(w->dov + tv, d, jb->dout.ss, qt->rows, Dv);
-    jb->bf16->pack_pairs(w->don + tv, d, jb->dout.ss, qt->rows, Dv);
+    int64_t ld;
+    const uint16_t *q = lane_rows16(pb->q, b, qt, h, nh, Dqk, w->lane16, &ld);
+    jb->bf16->pack_lanes(w->qv + tq, q, ld, used, Dqk);
+    jb->bf16->pack_pairs(w->qn + tq, q, ld, used, Dqk);
+    const uint16_t *d = lane_rows16(jb->dout, b, qt, h, nh, Dv, w->lane16, &ld);
+    jb->bf16->pack_lanes(w->dov + tv, d, ld, used, Dv);
+    jb->bf16->pack_pairs(w->don + tv, d, ld, used, Dv);
     memset(w->dqacc + tq, 0, (size_t)CPU_BR * Dqk * sizeof(float));
-    float *l2 = w->lse2 + t * CPU_BR, *dl = w->dl + t * CPU_BR;
-    int64_t row = (b * pb->Hq + h) * jb->lse_rows + pb->q_row0 + qt->r0;
-    for (int i = 0; i < CPU_BR; i++) {
-      l2[i] = i < qt->rows ? jb->lse[row + i] * CPU_LOG2E : INFINITY; /* +inf: P = 0 */
-      dl[i] = i < qt->rows ? jb->delta[row + i] : 0.0f;
-    }
+    lane_stats(jb, b, h, nh, t, w);
   }
 }
 
@@ -175,7 +194,7 @@ static void add_rows(float *dst, int64_t ld, const float *acc, int rows, int D) 
  * head hk, whose K pairs are in w->kv; dK, dV into w->dkacc, w->dvacc, dQ into w->dqacc.
  * safe: K holds NaN or Inf, so dQ takes the float32 safe product (K rows as float32). */
 static void bf16_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int64_t t,
-                     int64_t ca, int nj, int safe) {
+                     int64_t ca, int nj, int safe, int used) {
   const attn__problem *pb = jb->pb;
   const cpu_bf16_ops *bf = jb->bf16;
   const int Dqk = (int)pb->Dqk, Dv = (int)pb->Dv, lanes = w->ti.lanes;
@@ -196,8 +215,7 @@ static void bf16_pair(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int
   }
   int64_t ldk;
   const float *kf = attn__cpu_rows_f32(jb->ops, pb->k, ATTN_BF16, b, ca, hk, nj, Dqk, w->kc, &ldk);
-  jb->ops->gemm(w->dqacc + tq, Dqk, w->dp, CPU_BR, 1, kf, ldk, jb->tiles[t].rows, Dqk, nj, NULL,
-                CPU_GEMM_ADD, 1);
+  jb->ops->gemm(w->dqacc + tq, Dqk, w->dp, CPU_BR, 1, kf, ldk, used, Dqk, nj, NULL, CPU_GEMM_ADD, 1);
 }
 
 static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int split) {
@@ -210,7 +228,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
   if (bf) bf->begin();
   for (int64_t h = hk * G, nh; h < (hk + 1) * G; h += nh) {
     nh = (hk + 1) * G - h < jb->nh ? (hk + 1) * G - h : jb->nh;
-    if (bf) bf16_pack_head(jb, b, h, w);
+    if (bf) bf16_pack_head(jb, b, h, (int)nh, w);
     else pack_head(jb, b, h, (int)nh, w);
     for (int s = 0; s < jb->nseg; s++) {
       const cpu_segment *seg = &jb->segs[s];
@@ -238,7 +256,7 @@ static void run_unit(const bwd_job *jb, bwd_work *w, int64_t b, int64_t hk, int 
             skipped += nh;
             continue;
           }
-          if (bf) bf16_pair(jb, w, b, hk, t, ca, nj, safe);
+          if (bf) bf16_pair(jb, w, b, hk, t, ca, nj, safe, (int)nh * qt->rows);
           else run_pair(jb, w, b, h, (int)nh, hk, t, ca, nj, safe, jb->dq[split], &kr);
           computed += nh;
           flops += 2.0 * nh * qt->rows * (double)nj * (double)(3 * pb->Dqk + 2 * pb->Dv);
@@ -271,7 +289,8 @@ static bwd_work *bf16_work_alloc(const attn__problem *pb, int64_t ntiles) {
   const size_t tile = (size_t)CPU_BC * CPU_BR, Dqk = (size_t)pb->Dqk, Dv = (size_t)pb->Dv;
   const size_t nt = (size_t)ntiles * CPU_BR; /* lanes of all query tiles */
   size_t floats = 2 * nt + 3 * tile + nt * Dqk + CPU_BC * (2 * Dqk + Dv);
-  size_t halves = 2 * nt * (Dqk + Dv) + CPU_BC * Dqk + 32 * (Dqk > Dv ? Dqk : Dv) + 3 * tile;
+  size_t halves = 2 * nt * (Dqk + Dv) + CPU_BC * Dqk + (32 + CPU_BR) * (Dqk > Dv ? Dqk : Dv) +
+                  3 * tile;
   size_t bytes = (floats * sizeof(float) + halves * 2 + 63) / 64 * 64;
   float *buf = aligned_alloc(64, bytes);
   if (!buf) {
@@ -298,6 +317,7 @@ static bwd_work *bf16_work_alloc(const attn__problem *pb, int64_t ntiles) {
   w->pt = w->kpad + 32 * (Dqk > Dv ? Dqk : Dv);
   w->dst = w->pt + tile;
   w->ds = w->dst + tile;
+  w->lane16 = w->ds + tile;
   return w;
 }
 
@@ -367,12 +387,12 @@ static attn_status make_tiles(const attn__problem *pb, const cpu_segment *segs, 
 }
 
 /* Heads a query tile's lanes carry: as many of the GQA group as fit when every tile holds
- * at most half the lanes (float32 arithmetic), else 1. */
-static int bwd_pack(const attn__problem *pb, const qtile *tiles, int64_t ntiles, int bf16) {
+ * at most half the lanes, else 1. */
+static int bwd_pack(const attn__problem *pb, const qtile *tiles, int64_t ntiles) {
   int rows = 1;
   for (int64_t t = 0; t < ntiles; t++) rows = tiles[t].rows > rows ? tiles[t].rows : rows;
   const int64_t G = pb->Hq / pb->Hkv, fit = CPU_BR / rows;
-  if (bf16 || fit < 2) return 1;
+  if (fit < 2) return 1;
   return (int)(G < fit ? G : fit);
 }
 
@@ -431,7 +451,7 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
   ATTN_CHECK_GOTO(make_tiles(pb, segs, jb.nseg, &tiles, &jb.ntiles, &seg_tile0), st, done);
   jb.tiles = tiles;
   jb.seg_tile0 = seg_tile0;
-  jb.nh = bwd_pack(pb, tiles, jb.ntiles, bf16 != NULL);
+  jb.nh = bwd_pack(pb, tiles, jb.ntiles);
   ATTN_CHECK_GOTO(attn__cpu_flags_init(&kbad, pb->k, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dqk),
                   st, done);
   jb.kbad = &kbad;
