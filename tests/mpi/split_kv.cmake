@@ -16,6 +16,9 @@ cli_mpi_check(split_bf16_np3 3 --mode split-kv --dtype bf16 --seq 5 --seq-kv 300
               --kv-heads 1 --head-dim 128 --causal --sinks --bwd --check 8)
 cli_mpi_check(split_grid_2x2_np4 4 --mode split-kv --tp 2 --cp 2 --seq 3 --seq-kv 1000 --heads 4
               --kv-heads 2 --head-dim 64 --causal --bwd --check 8)
+# tp x split-kv with a KV head shared by both TP ranks (its dK/dV summed over them).
+cli_mpi_check(split_grid_replicated_kv_np4 4 --mode split-kv --tp 2 --cp 2 --seq 2 --seq-kv 800
+              --heads 4 --kv-heads 1 --head-dim 64 --causal --sinks --bwd --check 8)
 cli_mpi_check(split_one_rank_np1 1 --mode split-kv --seq 2 --seq-kv 300 --heads 2 --head-dim 32
               --causal --bwd --check 8)
 # A causal prefill over more rows than a chunk: zigzag.
