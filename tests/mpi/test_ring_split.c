@@ -9,80 +9,63 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* A split-KV case: ring_base's defaults (B 1, Hq 4 / Hkv 2, D 32, seed 11) but for these. */
+typedef struct {
+  const char *name;
+  attn_cp_layout layout;
+  int64_t B, Sq, Skv; /* Skv 0: 2 cp (one key row per zigzag chunk) */
+  int Hq, Hkv, Dv, causal;
+  int64_t wl; /* 0: none */
+  int sinks, alibi, bmask, bhsd, varlen, check_steps;
+  float softcap;
+} split_row;
+
 static int part_split_cases(void) {
   static const int32_t lq[] = {1, 1, 0, 1, 3};       /* 6: four decodes, one idle, one 3-row */
   static const int32_t lkv[] = {100, 37, 9, 250, 130}; /* 526 */
+  const attn_cp_layout CT = ATTN_LAYOUT_CONTIGUOUS, ZZ = ATTN_LAYOUT_ZIGZAG;
+  const split_row rows[] = {
+      {.name = "split decode Sq=1 Skv=517 contiguous, GQA 4/2", .layout = CT, .B = 1, .Sq = 1,
+       .Skv = 517},
+      {.name = "split decode causal zigzag, sinks, B=2", .layout = ZZ, .B = 2, .Sq = 1,
+       .Skv = 517, .causal = 1, .sinks = 1},
+      {.name = "split Sq=7 causal, alibi + softcap, Dv=48", .layout = CT, .B = 1, .Sq = 7,
+       .Skv = 600, .Dv = 48, .causal = 1, .alibi = 1, .softcap = 5.0f},
+      {.name = "split decode window 40: only the last rank computes", .layout = CT, .B = 1,
+       .Sq = 1, .Skv = 640, .causal = 1, .wl = 40, .check_steps = 3},
+      {.name = "split full causal prefill S=300, bhsd strides", .layout = ZZ, .B = 1, .Sq = 300,
+       .Skv = 300, .causal = 1, .bhsd = 1},
+      {.name = "split varlen batch of decodes, causal, sinks", .layout = CT, .B = 1, .Sq = 6,
+       .Skv = 526, .causal = 1, .sinks = 1, .varlen = 1},
+      {.name = "split block-sparse mask, Sq=64 Skv=576", .layout = ZZ, .B = 1, .Sq = 64,
+       .Skv = 576, .causal = 1, .bmask = 1},
+      {.name = "split MQA 8/1, B=3, Sq=2, Skv=2cp", .layout = ZZ, .B = 3, .Sq = 2, .Skv = 0,
+       .Hq = 8, .Hkv = 1},
+  };
   int ok = 1;
-  rcase c = ring_base;
-  c.split = 1;
-  c.layout = ATTN_LAYOUT_CONTIGUOUS;
-  c.Sq = 1;
-  c.Skv = 517;
-  c.name = "split decode Sq=1 Skv=517 contiguous, GQA 4/2";
-  ok &= run_case(&c);
-  c.layout = ATTN_LAYOUT_ZIGZAG;
-  c.causal = 1;
-  c.sinks = 1;
-  c.B = 2;
-  c.name = "split decode causal zigzag, sinks, B=2";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.layout = ATTN_LAYOUT_CONTIGUOUS;
-  c.Sq = 7;
-  c.Skv = 600;
-  c.Dv = 48;
-  c.causal = 1;
-  c.alibi = 1;
-  c.softcap = 5.0f;
-  c.name = "split Sq=7 causal, alibi + softcap, Dv=48";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.layout = ATTN_LAYOUT_CONTIGUOUS;
-  c.Sq = 1;
-  c.Skv = 640;
-  c.causal = 1;
-  c.wl = 40;
-  c.check_steps = 3;
-  c.name = "split decode window 40: only the last rank computes";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.Sq = c.Skv = 300;
-  c.causal = 1;
-  c.bhsd = 1;
-  c.name = "split full causal prefill S=300, bhsd strides";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.layout = ATTN_LAYOUT_CONTIGUOUS;
-  c.nseq = 5;
-  c.lq = lq;
-  c.lkv = lkv;
-  c.Sq = 6;
-  c.Skv = 526;
-  c.causal = 1;
-  c.sinks = 1;
-  c.name = "split varlen batch of decodes, causal, sinks";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.Sq = 64;
-  c.Skv = 576;
-  c.causal = 1;
-  c.bmask = 1;
-  c.name = "split block-sparse mask, Sq=64 Skv=576";
-  ok &= run_case(&c);
-  c = ring_base;
-  c.split = 1;
-  c.B = 3;
-  c.Sq = 2;
-  c.Hq = 8;
-  c.Hkv = 1;
-  c.Skv = 2 * g_size; /* one key row per zigzag chunk */
-  c.name = "split MQA 8/1, B=3, Sq=2, Skv=2cp";
-  ok &= run_case(&c);
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    const split_row *r = &rows[i];
+    rcase c = ring_base;
+    c.split = 1;
+    c.name = r->name;
+    c.layout = r->layout;
+    c.B = r->B;
+    c.Sq = r->Sq;
+    c.Skv = r->Skv ? r->Skv : 2 * g_size;
+    c.Hq = r->Hq ? r->Hq : c.Hq;
+    c.Hkv = r->Hkv ? r->Hkv : c.Hkv;
+    c.Dv = r->Dv;
+    c.causal = r->causal;
+    c.wl = r->wl ? r->wl : -1;
+    c.sinks = r->sinks;
+    c.alibi = r->alibi;
+    c.softcap = r->softcap;
+    c.bmask = r->bmask;
+    c.bhsd = r->bhsd;
+    c.check_steps = r->check_steps;
+    if (r->varlen) c.nseq = 5, c.lq = lq, c.lkv = lkv;
+    ok &= run_case(&c);
+  }
   return ok;
 }
 
