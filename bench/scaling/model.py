@@ -24,7 +24,8 @@ The model, per rank (its share of the heads, tp, and of the rows, cp):
            the layer runs' times leave after attention and AllReduce) and a ring AllReduce
            of y (backward: dx) over tp: 2 (tp - 1) (alpha + bytes / (tp beta))
 rate = rate_unit * units: units = threads per rank on the cpu backend (at most its share of
-the cores it is bound to), 1 on cuda.
+the cores it is bound to), 1 on cuda; rate_unit per (backend, dtype, head dim, pass) and
+kernel regime by the rank's query rows (row_class: full tiles, short tiles, decode rows).
 
 Commands:
   model.py calibrate RECORDS.jsonl... [-o calib.json]
@@ -162,9 +163,17 @@ def units(r, pr):
     return min(float(pr.get("threads") or 1), share)
 
 
-def rate_key(r, pass_):
+def row_class(rows):
+    """Kernel regimes by a rank's query rows: full tiles (128 rows and up: no suffix), short
+    tiles, and decode's row kernels (16 rows or fewer), each with a rate of its own."""
+    if rows is None or rows >= 128:
+        return ""
+    return "/rows<=16" if rows <= 16 else "/rows<128"
+
+
+def rate_key(r, pass_, pr=None):
     c = r["config"]
-    return f'{r["backend"]}/{r["dtype"]}/d{c["head_dim_qk"]}/{pass_}'
+    return f'{r["backend"]}/{r["dtype"]}/d{c["head_dim_qk"]}/{pass_}' + row_class((pr or {}).get("q_rows"))
 
 
 def gemm_key(r, pass_):
@@ -197,7 +206,7 @@ def calibrate(runs, probes):
             for pr in r["per_rank"]:
                 F, t = pr.get(f"{ps}_flops_computed"), pr.get(f"{ps}_compute_s")
                 if F and t:
-                    per.setdefault(rate_key(r, ps), []).append(F / t / units(r, pr))
+                    per.setdefault(rate_key(r, ps, pr), []).append(F / t / units(r, pr))
     rates = {k: statistics.median(v) for k, v in per.items()}
     link = fit_link(probes)
     # The layer's GEMM rate: what its runs' time leaves after the modelled attention and
@@ -207,10 +216,10 @@ def calibrate(runs, probes):
         if not r["config"].get("d_model"):
             continue
         for ps in passes(r):
-            rk, want = rate_key(r, ps), r["time_s"] if ps == "fwd" else r.get("bwd_time_s")
+            pr = max(r["per_rank"], key=lambda q: q.get(f"{ps}_flops_computed") or 0)
+            rk, want = rate_key(r, ps, pr), r["time_s"] if ps == "fwd" else r.get("bwd_time_s")
             if rk not in rates or not want:
                 continue
-            pr = max(r["per_rank"], key=lambda q: q.get(f"{ps}_flops_computed") or 0)
             u = units(r, pr)
             t_attn, _, _ = predict(r["config"], r["tp"], r["cp"], rates[rk] * u, link, r["dtype"],
                                    ps == "bwd", F=pr.get(f"{ps}_flops_computed") or 0)
@@ -225,14 +234,15 @@ def predict_run(r, calib, ps):
     """The model's time for pass ps of a measured run (the slowest rank's); None when the
     calibration lacks its rate or link, or for a --d-model layer run (not modelled)."""
     link = calib["link"]
-    rate_unit = calib["rates"].get(rate_key(r, ps))
     layer = bool(r["config"].get("d_model"))
     gemm_unit = calib["rates"].get(gemm_key(r, ps))
-    if rate_unit is None or link is None or (layer and gemm_unit is None):
+    if link is None or (layer and gemm_unit is None):
         return None
     worst = 0.0
     for pr in r["per_rank"]:
-        F = pr.get(f"{ps}_flops_computed")
+        F, rate_unit = pr.get(f"{ps}_flops_computed"), calib["rates"].get(rate_key(r, ps, pr))
+        if rate_unit is None:
+            return None
         if not F:
             continue
         t, _, _ = predict(r["config"], r["tp"], r["cp"], rate_unit * units(r, pr), link,
@@ -283,7 +293,9 @@ def project(args, calib):
     if args.rate_tflops:
         rate, rate_src = args.rate_tflops * 1e12, "--rate-tflops (given)"
     else:
-        key = f"{args.backend}/{args.dtype}/d{args.head_dim}/{'bwd' if args.bwd else 'fwd'}"
+        rows = cfg["seq_q"] if args.mode == "split-kv" else math.ceil(cfg["seq_q"] / cp)
+        key = (f"{args.backend}/{args.dtype}/d{args.head_dim}/{'bwd' if args.bwd else 'fwd'}"
+               + row_class(rows))
         if key not in calib.get("rates", {}):
             raise SystemExit(f"model.py: no calibrated rate for {key}; give --rate-tflops")
         rate, rate_src = calib["rates"][key] * args.units, f"calibrated {key} x {args.units} units"
