@@ -25,7 +25,8 @@ The model, per rank (its share of the heads, tp, and of the rows, cp):
            of y (backward: dx) over tp: 2 (tp - 1) (alpha + bytes / (tp beta))
 rate = rate_unit * units: units = threads per rank on the cpu backend (at most its share of
 the cores it is bound to), 1 on cuda; rate_unit per (backend, dtype, head dim, pass) and
-kernel regime by the rank's query rows (row_class: full tiles, short tiles, decode rows).
+kernel regime by the lanes of the rank's query tiles (row_class: full tiles, short tiles,
+decode's row kernels).
 
 Commands:
   model.py calibrate RECORDS.jsonl... [-o calib.json]
@@ -163,17 +164,20 @@ def units(r, pr):
     return min(float(pr.get("threads") or 1), share)
 
 
-def row_class(rows):
-    """Kernel regimes by a rank's query rows: full tiles (128 rows and up: no suffix), short
-    tiles, and decode's row kernels (16 rows or fewer), each with a rate of its own."""
-    if rows is None or rows >= 128:
+def row_class(rows, group=1):
+    """Kernel regimes by the lanes of a rank's query tile (its query rows times the GQA
+    group, whose heads share a short tile): full tiles (128 lanes: no suffix), short tiles,
+    and decode's row kernels (16 lanes or fewer), each with a rate of its own."""
+    if rows is None or rows * group >= 128:
         return ""
-    return "/rows<=16" if rows <= 16 else "/rows<128"
+    return "/lanes<=16" if rows * group <= 16 else "/lanes<128"
 
 
 def rate_key(r, pass_, pr=None):
     c = r["config"]
-    return f'{r["backend"]}/{r["dtype"]}/d{c["head_dim_qk"]}/{pass_}' + row_class((pr or {}).get("q_rows"))
+    group = max(1, c["heads_q"] // max(1, c["heads_kv"]))
+    return (f'{r["backend"]}/{r["dtype"]}/d{c["head_dim_qk"]}/{pass_}'
+            + row_class((pr or {}).get("q_rows"), group))
 
 
 def gemm_key(r, pass_):
@@ -295,7 +299,7 @@ def project(args, calib):
     else:
         rows = cfg["seq_q"] if args.mode == "split-kv" else math.ceil(cfg["seq_q"] / cp)
         key = (f"{args.backend}/{args.dtype}/d{args.head_dim}/{'bwd' if args.bwd else 'fwd'}"
-               + row_class(rows))
+               + row_class(rows, max(1, cfg["heads_q"] // cfg["heads_kv"])))
         if key not in calib.get("rates", {}):
             raise SystemExit(f"model.py: no calibrated rate for {key}; give --rate-tflops")
         rate, rate_src = calib["rates"][key] * args.units, f"calibrated {key} x {args.units} units"
