@@ -1,7 +1,8 @@
 """test_model.py — the scaling cost model (bench/scaling/model.py) on data whose truth is
 known: the visible-pair count against brute force, the link fit recovering alpha / beta
 from noisy ping-pong points, the rate calibration and validation recovering a synthetic
-machine's runs, the compute- and communication-bound limits, oversubscribed rank shares.
+machine's runs, the compute- and communication-bound limits, split-KV's collectives, a
+rate per kernel regime, oversubscribed rank shares.
     python3 tests/python/test_model.py            (exit 0 passed, 1 failed)"""
 import os
 import random
@@ -104,6 +105,27 @@ def main():
     check("comm-bound: T = c + 7 (alpha + b / beta)", abs(t - (c + 7 * comm)) < 1e-12 and comm > c)
     tb, _, _ = model.predict(cfg, 1, 8, rate, slow, "bf16", backward=True)
     check("backward: gradients travel too, one hop more", tb > t)
+
+    print("split-kv and kernel regimes")
+    dec = dict(cfg, seq_q=1, seq_kv=1 << 16, heads_q=32, heads_kv=8, head_dim_qk=128, head_dim_v=128)
+    t, c, comm = model.predict(dec, 1, 8, rate, slow, "bf16", split=True)
+    want = 7 * (slow["alpha_s"] + 1 * 1 * 32 * 130 * 4 / slow["beta_Bps"])
+    check("split-kv forward: compute, then an allgather of the states", abs(comm - want) < 1e-12
+          and abs(t - (c + comm)) < 1e-12 and abs(c - model.flops(dec) / (8 * rate)) < 1e-15)
+    _, _, cb = model.predict(dec, 1, 8, rate, slow, "bf16", backward=True, split=True)
+    check("split-kv backward: an allreduce of dQ", abs(cb - 14 * (1e-3 + 32 * 128 * 4 / (8 * 1e6))) < 1e-12)
+    check("regimes by lanes", model.row_class(1, 4) == "/lanes<=16" and model.row_class(8, 4) == "/lanes<128"
+          and model.row_class(64, 4) == "" and model.row_class(None) == "")
+    recs = []
+    for rows, r_true in ((1, 2e10), (8, 8e10), (512, 3e11)):
+        F = 1e9
+        recs.append({"tool": "attnrun", "backend": "cpu", "dtype": "f32", "mode": "single", "ranks": 1,
+                     "tp": 1, "cp": 1, "config": dict(dec, seq_q=rows, bwd=False), "time_s": F / r_true,
+                     "per_rank": [{"host": "h", "cpuset": "0", "threads": 1, "q_rows": rows,
+                                   "fwd_flops_computed": F, "fwd_compute_s": F / r_true}]})
+    cal = model.calibrate(recs, [])
+    got = [cal["rates"].get(f"cpu/f32/d128/fwd{k}") for k in ("/lanes<=16", "/lanes<128", "")]
+    check("a rate per regime", got == [2e10, 8e10, 3e11], f"{got}")
 
     print("rank shares")
     r = {"backend": "cpu", "per_rank": [{"host": "h", "cpuset": "0", "threads": 1}, {"host": "h", "cpuset": "1", "threads": 1},
