@@ -175,6 +175,10 @@ typedef struct {
 /* Block y's contribution: dQ into io->dq, dK/dV into g (pairs as attn__ring_fold). */
 attn_status attn__ring_grad(const ring_plan *pl, attn_stats *sum, const ring_bwd_io *io,
                             const ring_kv *kv, const ring_kv *g, int y, int *computed);
+/* The backward's start: ds [Hq] (the resolved dsinks, or NULL), io->dq, dk, dv zeroed, then
+ * delta [B, Hq, Sq_loc] and ds from o, dO and LSE (attn_bwd_prepare). */
+attn_status attn__ring_bwd_begin(const ring_plan *pl, const attn_tensor *o, const ring_bwd_io *io,
+                                 float *delta, attn_tensor *dk, attn_tensor *dv, float *ds);
 /* The backward's own tensors (q, k, v and the spec are checked by the plan). */
 attn_status attn__ring_check_bwd(const ring_plan *pl, const attn_tensor *o, const float *lse,
                                  const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk,

@@ -213,6 +213,18 @@ static attn_status bwd_steps(bwd_run *run, attn_group_t grp, const ring_bwd_io *
   return ATTN_OK;
 }
 
+attn_status attn__ring_bwd_begin(const ring_plan *pl, const attn_tensor *o, const ring_bwd_io *io,
+                                 float *delta, attn_tensor *dk, attn_tensor *dv, float *ds) {
+  if (ds) {
+    attn_tensor dst = attn_tensor_contig(ds, ATTN_F32, pl->ctx->ops->device, 1, 1, 1, pl->Hq);
+    ATTN_CHECK(attn__ring_zero_tensor(pl->ctx, &dst));
+  }
+  ATTN_CHECK(attn__ring_zero_tensor(pl->ctx, io->dq));
+  ATTN_CHECK(attn__ring_zero_tensor(pl->ctx, dk));
+  ATTN_CHECK(attn__ring_zero_tensor(pl->ctx, dv));
+  return attn_bwd_prepare(pl->ctx, pl->spec, o, io->dout, io->lse, delta, ds);
+}
+
 attn_status attn__ring_check_bwd(const ring_plan *pl, const attn_tensor *o, const float *lse,
                                   const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk,
                                   attn_tensor *dv, const float *dsinks) {
@@ -252,16 +264,8 @@ attn_status attn_ring_bwd(attn_group_t grp, const attn_spec *spec, attn_cp_layou
   attn_spec s;
   attn__copy_spec(spec, &s);
   float *ds = s.sinks ? dsinks : NULL;
-  attn_status work = ATTN_OK;
-  if (ds) {
-    attn_tensor dst = attn_tensor_contig(ds, ATTN_F32, pl->ctx->ops->device, 1, 1, 1, pl->Hq);
-    work = attn__ring_zero_tensor(pl->ctx, &dst);
-  }
-  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dq);
-  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dk);
-  if (work == ATTN_OK) work = attn__ring_zero_tensor(pl->ctx, dv);
-  if (work == ATTN_OK) work = attn_bwd_prepare(pl->ctx, spec, o, dout, lse, run.delta, ds);
   ring_bwd_io io = {q, dout, lse, run.delta, dq};
+  attn_status work = attn__ring_bwd_begin(pl, o, &io, run.delta, dk, dv, ds);
   run.pl.ctx->spec_host = &run.pl.spec_host;
   st = bwd_steps(&run, grp, &io, k, v, dk, dv, &work);
   run.pl.ctx->spec_host = NULL;

@@ -157,15 +157,7 @@ static attn_status bwd_steps(split_run *run, attn_group_t grp, const ring_bwd_io
   int computed = 0;
   attn__fault_point("ring", 0);
   attn__ring_mark(pl, &run->clock, 0, work);
-  if (ds) {
-    attn_tensor dst = attn_tensor_contig(ds, ATTN_F32, pl->ctx->ops->device, 1, 1, 1, pl->Hq);
-    *work = attn__ring_zero_tensor(pl->ctx, &dst);
-  }
-  if (*work == ATTN_OK) *work = attn__ring_zero_tensor(pl->ctx, io->dq);
-  if (*work == ATTN_OK) *work = attn__ring_zero_tensor(pl->ctx, dk);
-  if (*work == ATTN_OK) *work = attn__ring_zero_tensor(pl->ctx, dv);
-  if (*work == ATTN_OK)
-    *work = attn_bwd_prepare(pl->ctx, pl->spec, o, io->dout, io->lse, run->mine, ds);
+  *work = attn__ring_bwd_begin(pl, o, io, run->mine, dk, dv, ds);
   if (*work == ATTN_OK)
     *work = attn__ring_grad(pl, &run->stats, io, &kv, &home, pl->r, &computed);
   /* dQ summed over the group: in place when dq is contiguous, else packed in run->all. */
