@@ -119,7 +119,27 @@ typedef struct {
 ATTN_API attn_status attn_block_mask_fill(attn_block_mask *bm, uint8_t *mask,
                                           const attn_sparse_pattern *p);
 
-#define ATTN_SPEC_VERSION 1
+/* A KV cache, as inference servers keep it (version 2 of attn_spec). Forward only:
+ * attn_fwd and attn_fwd_block take it; the backward, the ring, split-KV and the layer
+ * refuse it.
+ * - Paged (block_table set): K is [num_pages, page_size, Hkv, Dqk] and V [num_pages,
+ *   page_size, Hkv, Dv], pages in any order; batch b's key j (0 <= j < Skv, Skv =
+ *   pages_per_seq * page_size) is row j % page_size of page
+ *   block_table[b * pages_per_seq + j / page_size]. Every entry a batch's used keys reach
+ *   must lie in [0, num_pages); entries past them are not read. In varlen (B = 1) the
+ *   packed keys are paged the same way, through the table's one row.
+ * - seqused_kv set (not varlen): batch b attends to its first seqused_kv[b] keys only
+ *   (0..Skv), exactly as if its Skv were that: causal and window align bottom-right to
+ *   it. Keys past it are never read (they may hold anything). 0: empty rows. */
+typedef struct {
+  const int32_t *block_table; /* [B, pages_per_seq] int32, or NULL: not paged */
+  int32_t pages_per_seq;
+  const int32_t *seqused_kv; /* [B] int32, or NULL: every key is used */
+} attn_kv_cache;
+
+#define ATTN_KV_CACHE_INIT {NULL, 0, NULL}
+
+#define ATTN_SPEC_VERSION 2
 typedef struct {
   size_t size;               /* sizeof(attn_spec) */
   uint32_t version;          /* ATTN_SPEC_VERSION */
@@ -139,14 +159,16 @@ typedef struct {
   const int32_t *cu_seqlens_kv;
   int32_t num_seqs;
   const attn_block_mask *block_mask; /* or NULL */
+  const attn_kv_cache *kv_cache;     /* (version 2) a paged KV cache / used lengths, or NULL */
 } attn_spec;
-/* The arrays a spec points to (sinks, alibi_slopes, cu_seqlens_*, block_mask->mask) live
- * where the context's tensors live: host memory for the cpu backend, device memory for
- * cuda. The attn_spec and attn_block_mask structs themselves are always host memory. */
+/* The arrays a spec points to (sinks, alibi_slopes, cu_seqlens_*, block_mask->mask,
+ * kv_cache->block_table and ->seqused_kv) live where the context's tensors live: host
+ * memory for the cpu backend, device memory for cuda. The attn_spec, attn_block_mask and
+ * attn_kv_cache structs themselves are always host memory. */
 
 #define ATTN_SPEC_INIT                                                                   \
   {sizeof(attn_spec), ATTN_SPEC_VERSION, 0, 0, 0, 0, 0.0f, 0, -1, -1, 0.0f, NULL, NULL, \
-   NULL, NULL, 0, NULL}
+   NULL, NULL, 0, NULL, NULL}
 
 /* ---- context -------------------------------------------------------------------- */
 typedef enum { ATTN_BACKEND_AUTO = 0, ATTN_BACKEND_CPU = 1, ATTN_BACKEND_CUDA = 2 } attn_backend;
@@ -379,7 +401,8 @@ ATTN_API attn_status attn_group_last_steps(attn_group_t grp, attn_ring_step *ste
  * ring over its CP group when cp > 1. */
 typedef struct attn_layer_s *attn_layer_t;
 
-#define ATTN_LAYER_CONFIG_VERSION 1
+/* 2: attn_spec grew (version 2), so the fields after .spec moved */
+#define ATTN_LAYER_CONFIG_VERSION 2
 typedef struct {
   size_t size;
   uint32_t version;
@@ -426,8 +449,9 @@ ATTN_API attn_status attn_layer_bwd(attn_layer_t layer, const float *dy, float *
 ATTN_API attn_status attn_layer_get_dsinks(attn_layer_t layer, float *dsinks);
 
 /* Forward FLOPs by the peers' rule: 2*B*Hq*Sq*Skv*(Dqk+Dv) (= 4*..*D), halved when
- * causal; backward is 2.5x that. With varlen it sums over the sequences, reading
- * spec->cu_seqlens_* on the host: pass a spec with host arrays. */
+ * causal; backward is 2.5x that. With varlen it sums over the sequences, and with a KV
+ * cache's used lengths over the batches (Skv = seqused_kv[b]), reading those arrays on
+ * the host: pass a spec with host arrays. */
 ATTN_API double attn_flops_fwd(const attn_spec *spec, int64_t batch, int64_t seq_q,
                                int64_t seq_kv);
 

@@ -86,6 +86,29 @@ static int set_varlen(run_args *a, const char *v, char *err, size_t errlen) {
   return 0;
 }
 
+static int set_cache_lens(run_args *a, const char *v, char *err, size_t errlen) {
+  a->cache_lens_count = 0;
+  a->cache_lens_random = !strcmp(v, "random");
+  for (const char *p = v; *p && !a->cache_lens_random;) {
+    char buf[32];
+    size_t n = strcspn(p, ",");
+    int64_t len;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < 31 ? n : 31), p);
+    if (args_parse_size(buf, 0, &len) || len < 0 || len > INT32_MAX)
+      return launch_fail(err, errlen,
+                         "--cache-lens '%s': expected random, L (every batch) or L1,L2,.. (one "
+                         "per batch), lengths >= 0",
+                         v);
+    if (a->cache_lens_count == ARGS_MAX_VARLEN)
+      return launch_fail(err, errlen, "--cache-lens: more than %d lengths", ARGS_MAX_VARLEN);
+    a->cache_lens[a->cache_lens_count++] = (int32_t)len;
+    p += n + (p[n] == ',');
+  }
+  if (!a->cache_lens_random && a->cache_lens_count == 0)
+    return launch_fail(err, errlen, "--cache-lens: empty value");
+  return 0;
+}
+
 static int set_sparse_key(run_args *a, const char *key, int64_t val) {
   attn_sparse_pattern *p = &a->sparse_pattern;
   if (val > INT32_MAX) return -1;
@@ -219,6 +242,8 @@ static const flag_def flags[] = {
     F("--alibi", K_BOOL, alibi, GIVEN_MASK),
     S("--varlen", set_varlen, GIVEN_MASK),
     S("--sparse", set_sparse, GIVEN_MASK),
+    F("--page-size", K_SIZE, page_size, GIVEN_MASK),
+    S("--cache-lens", set_cache_lens, GIVEN_MASK),
     F("--bwd", K_BOOL, bwd, 0),
     F("--threads", K_INT, threads, 0),
     F("--iters", K_INT, iters, GIVEN_ITERS),
@@ -385,6 +410,32 @@ static int check_dist(const run_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* A KV cache: forward only, plain attention (tp at most), lengths within --seq-kv. */
+static int check_cache(const run_args *a, char *err, size_t errlen) {
+  const char *what = a->page_size > 0 ? "--page-size" : "--cache-lens";
+  if (a->page_size < 0 || a->page_size > a->seq_kv)
+    return launch_fail(err, errlen, "--page-size %lld: must be 1..--seq-kv (%lld)",
+                       (long long)a->page_size, (long long)a->seq_kv);
+  if (a->bwd)
+    return launch_fail(err, errlen, "%s: a KV cache is for inference, forward only; drop --bwd",
+                       what);
+  if (a->varlen_count || a->load_dir || a->d_model)
+    return launch_fail(err, errlen, "%s conflicts with %s (a KV cache serves batched decode / "
+                       "prefill of plain attention)", what,
+                       a->varlen_count ? "--varlen" : a->load_dir ? "--load" : "--d-model");
+  if (a->mode == MODE_RING || a->mode == MODE_SPLIT_KV || (a->given & GIVEN_CP))
+    return launch_fail(err, errlen, "%s: a KV cache runs on plain attention (--mode tp): the "
+                       "ring and split-KV take no cache yet", what);
+  if (a->cache_lens_count > 1 && a->cache_lens_count != a->batch)
+    return launch_fail(err, errlen, "--cache-lens: %d lengths for --batch %lld (give one, or "
+                       "one per batch)", a->cache_lens_count, (long long)a->batch);
+  for (int i = 0; i < a->cache_lens_count; i++)
+    if (a->cache_lens[i] > a->seq_kv)
+      return launch_fail(err, errlen, "--cache-lens: length %d is past --seq-kv %lld",
+                         a->cache_lens[i], (long long)a->seq_kv);
+  return 0;
+}
+
 static int validate(run_args *a, char *err, size_t errlen) {
   if (!a->heads_kv) a->heads_kv = a->heads_q;
   if (!a->head_dim_v) a->head_dim_v = a->head_dim_qk;
@@ -392,6 +443,7 @@ static int validate(run_args *a, char *err, size_t errlen) {
   if (check_shape(a, err, errlen) || check_run(a, err, errlen) || check_dist(a, err, errlen))
     return -1;
   if (a->varlen_count && check_varlen(a, err, errlen)) return -1;
+  if (args_kv_cache(a) && check_cache(a, err, errlen)) return -1;
   a->default_problem = !(a->given & (GIVEN_SHAPE | GIVEN_MASK)) && !a->load_dir;
   if (a->default_problem) a->causal = 1;
   return 0;
@@ -438,6 +490,12 @@ void args_usage(FILE *out, const char *prog) {
       "  --sparse SPEC      block-sparse tile mask, SPEC = key=value list from local, stride,\n"
       "                     global, random (blocks), block (tile size, default 64), seed\n"
       "                     e.g. local=2,stride=4,global=1,random=1,block=64\n"
+      "KV cache (forward only, plain attention; cpu backend)\n"
+      "  --page-size N      K/V in pages of N rows, shuffled (a block table, as vLLM keeps\n"
+      "                     them); rows past a batch's used keys and spare pages hold NaN\n"
+      "  --cache-lens L|L1,..|random\n"
+      "                     keys each batch uses (seqused_kv): one for every batch, one per\n"
+      "                     batch, or random in 0..--seq-kv; causal aligns to them\n"
       "run\n"
       "  --bwd              also run and time the backward pass\n"
       "  --iters N          timed iterations, median reported (default 5; 1 when the estimate\n"

@@ -44,6 +44,12 @@ typedef struct {
   int32_t varlen_count;
   int varlen_explicit;
   int32_t varlen_lens[ARGS_MAX_VARLEN];
+  /* a KV cache (forward only): K/V in shuffled pages of page_size rows (0: contiguous);
+   * each batch's used keys: cache_lens[0..count) (one value: every batch), or random */
+  int64_t page_size;
+  int cache_lens_random;
+  int32_t cache_lens_count;
+  int32_t cache_lens[ARGS_MAX_VARLEN];
   /* block-sparse */
   int sparse;
   int32_t sparse_block;
@@ -72,6 +78,11 @@ typedef struct {
 } run_args;
 
 typedef enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_ERROR = 2 } args_result;
+
+/* Whether the run attends over a KV cache (--page-size or --cache-lens). */
+static inline int args_kv_cache(const run_args *a) {
+  return a->page_size > 0 || a->cache_lens_count > 0 || a->cache_lens_random;
+}
 
 /* Parse argv into a (defaults filled first). On ARGS_ERROR, err holds the reason. */
 args_result args_parse(int argc, char **argv, run_args *a, char *err, size_t errlen);

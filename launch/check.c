@@ -121,7 +121,9 @@ static void check_query_rows(check_ctx *c, int64_t n, check_report *out) {
   for (int64_t k = 0; k < n; k++) {
     row_id id = check_sample(p->seed, 0, k, p->batch, &p->qsh, p->hq0, p->hq);
     ids[k] = id;
-    attn_ref_fwd_row(&c->rp, id.b, id.h, id.s, r_o + k * c->dv, r_l + k);
+    attn_ref_problem rp = c->rp; /* a KV cache: the batch attends to its used keys alone */
+    if (p->kv_used) rp.seq_kv = p->kv_used[id.b];
+    attn_ref_fwd_row(&rp, id.b, id.h, id.s, r_o + k * c->dv, r_l + k);
     memcpy(g_o + k * c->dv, c->r->o + q_index(c, id, c->dv), (size_t)c->dv * sizeof(float));
     g_l[k] = c->r->lse[lse_index(c, id)];
     if (bwd) {

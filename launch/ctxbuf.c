@@ -1,6 +1,7 @@
 /* ctxbuf.c — moves a rank's shard into its context's memory and the outputs back. The
  * conversions go through a bounded host staging buffer, in pieces, so that a long shard
  * does not need a second full-size host copy; float32 goes straight through. */
+#include "kvcache.h"
 #include "ctxbuf.h"
 
 #include <stdlib.h>
@@ -67,8 +68,8 @@ static attn_status put_bytes(attn_ctx_t ctx, const void *host, size_t bytes, voi
   return st == ATTN_OK ? attn_ctx_copy(ctx, *dev, host, bytes, ATTN_COPY_HOST_TO_CTX) : st;
 }
 
-attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[5], attn_block_mask *bm,
-                        attn_spec *out) {
+attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[CTXBUF_ARRAYS],
+                        attn_block_mask *bm, attn_spec *out) {
   size_t hq = (size_t)g->num_heads_q * sizeof(float), cu = (size_t)(g->num_seqs + 1) * sizeof(int32_t);
   attn_status st = ATTN_OK;
   *out = *g;
@@ -96,6 +97,17 @@ static attn_status spec_arrays(ctx_tensors *t, const problem *p) {
   attn_spec g;
   attn_status st = ctxbuf_spec(t->ctx, &p->spec, t->arrays, &t->bm, &g);
   if (st != ATTN_OK) return st;
+  if (p->kv_used) { /* the KV cache: lengths [B], table [B, pages_per_seq] */
+    t->kc = p->kv_cache;
+    st = put_bytes(t->ctx, p->kv_used, (size_t)p->batch * sizeof(int32_t), &t->arrays[5]);
+    if (st == ATTN_OK && p->block_table)
+      st = put_bytes(t->ctx, p->block_table,
+                     (size_t)(p->batch * p->pages_per_seq) * sizeof(int32_t), &t->arrays[6]);
+    if (st != ATTN_OK) return st;
+    t->kc.seqused_kv = t->arrays[5];
+    if (p->block_table) t->kc.block_table = t->arrays[6];
+    t->spec.kv_cache = &t->kc;
+  }
   if (g.sinks) t->spec.sinks = g.sinks + p->hq0;
   if (g.alibi_slopes) t->spec.alibi_slopes = g.alibi_slopes + p->hq0;
   if (g.num_seqs) t->spec.cu_seqlens_q = g.cu_seqlens_q, t->spec.cu_seqlens_kv = g.cu_seqlens_kv;
@@ -124,13 +136,22 @@ attn_status ctxbuf_setup(ctx_tensors *t, attn_ctx_t ctx, attn_dtype dtype, const
   t->spec = problem_local_spec(p);
   /* bf16/f16 on the cpu backend: the float32 host buffers are converted into copies too */
   t->copies = ctxbuf_wants_copies(ctx) || dtype != ATTN_F32;
-  if (t->copies) return copies(t, p, host, what);
-  float *in[T_COUNT] = {p->q, p->k, p->v, p->dout};
-  for (int i = 0; i < T_COUNT; i++)
-    t->in[i] = in[i];
-  for (int o = 0; o < OUT_COUNT; o++)
-    t->out[o] = host[o];
-  return ATTN_OK;
+  attn_status st = ATTN_OK;
+  if (t->copies) {
+    st = copies(t, p, host, what);
+  } else {
+    float *in[T_COUNT] = {p->q, p->k, p->v, p->dout};
+    for (int i = 0; i < T_COUNT; i++)
+      t->in[i] = in[i];
+    for (int o = 0; o < OUT_COUNT; o++)
+      t->out[o] = host[o];
+  }
+  if (st == ATTN_OK && p->block_table) { /* a paged cache: K and V in its pages */
+    *what = "scattering K and V into the cache's pages (attn_ctx_alloc / attn_ctx_copy)";
+    st = kvcache_pool(ctx, p, T_K, dtype, &t->pool[0]);
+    if (st == ATTN_OK) st = kvcache_pool(ctx, p, T_V, dtype, &t->pool[1]);
+  }
+  return st;
 }
 
 attn_status ctxbuf_download(const ctx_tensors *t, const problem *p, float *const host[OUT_COUNT]) {
@@ -148,8 +169,9 @@ void ctxbuf_free(ctx_tensors *t) {
       attn_ctx_free(t->ctx, t->in[i]);
     for (int o = 0; o < OUT_COUNT; o++)
       attn_ctx_free(t->ctx, t->out[o]);
-    for (int a = 0; a < 5; a++)
+    for (int a = 0; a < CTXBUF_ARRAYS; a++)
       attn_ctx_free(t->ctx, t->arrays[a]);
   }
+  for (int i = 0; i < 2; i++) attn_ctx_free(t->ctx, t->pool[i]);
   memset(t, 0, sizeof *t);
 }

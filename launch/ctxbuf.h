@@ -17,6 +17,8 @@
 /* Host outputs, in this order: o, lse, dq, dk, dv, dsinks (NULL: not computed). */
 enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_DSINKS, OUT_COUNT };
 
+#define CTXBUF_ARRAYS 7
+
 typedef struct {
   attn_ctx_t ctx;
   int copies;       /* 1: device copies (free them); 0: the host buffers themselves */
@@ -25,7 +27,10 @@ typedef struct {
   void *out[OUT_COUNT]; /* o (dtype), lse, dq, dk, dv, dsinks (float32) */
   attn_spec spec;   /* this rank's heads; arrays where the tensors live */
   attn_block_mask bm;
-  void *arrays[5];  /* device copies of sinks, alibi, cu_q, cu_kv, mask bytes */
+  attn_kv_cache kc;
+  void *arrays[CTXBUF_ARRAYS]; /* copies of sinks, alibi, cu_q, cu_kv, mask bytes, the cache's
+                                * block table and used lengths */
+  void *pool[2];    /* a paged cache: K and V [num_pages, page_size, hk, D], or NULL */
 } ctx_tensors;
 
 /* Views (or copies) of p's shard and the host outputs host[OUT_COUNT]. On failure *what
@@ -45,9 +50,10 @@ int ctxbuf_wants_copies(attn_ctx_t ctx);
 
 /* The spec g with its arrays (sinks, ALiBi slopes, cu_seqlens, block-mask bytes) copied
  * into ctx's memory: *out is g with those pointers (bm: the mask's header, which
- * out->block_mask points to); arrays[5] are the copies, for attn_ctx_free (NULL: none). */
-attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[5], attn_block_mask *bm,
-                        attn_spec *out);
+ * out->block_mask points to); arrays[0..5) are the copies, for attn_ctx_free (NULL: none).
+ * A KV cache's arrays need the batch: spec_arrays (ctxbuf.c) copies them. */
+attn_status ctxbuf_spec(attn_ctx_t ctx, const attn_spec *g, void *arrays[CTXBUF_ARRAYS],
+                        attn_block_mask *bm, attn_spec *out);
 
 /* n floats of host, converted to dtype t, into new context memory *dev. */
 attn_status ctxbuf_put(attn_ctx_t ctx, const float *host, int64_t n, attn_dtype t, void **dev);

@@ -64,9 +64,10 @@ static void choose_sizes(const run_args *a, const attn_spec *s, int64_t seq_kv, 
     g->tp = 1, g->cp = ranks;
     snprintf(g->why, sizeof g->why,
              "--mode split-kv: every rank holds all queries and a cut of K/V (cp=%d)", ranks);
-  } else if (a->mode == MODE_TP) {
+  } else if (a->mode == MODE_TP || args_kv_cache(a)) {
     g->tp = ranks, g->cp = 1;
-    snprintf(g->why, sizeof g->why, "--mode tp: heads over every rank (tp=%d)", ranks);
+    snprintf(g->why, sizeof g->why, "%s: heads over every rank (tp=%d)",
+             a->mode == MODE_TP ? "--mode tp" : "a KV cache (plain attention)", ranks);
   } else {
     choose_auto(s, seq_kv, ranks, g);
   }

@@ -420,7 +420,7 @@ void layer_free(layer_job *L) {
   attn_layer_destroy(L->layer);
   for (int i = 0; L->copies && i < LB_COUNT; i++)
     attn_ctx_free(L->ctx, L->ctx_buf[i]);
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < CTXBUF_ARRAYS; i++)
     attn_ctx_free(L->ctx, L->spec_arrays[i]);
   free(L->x), free(L->dy), free(L->y), free(L->dx);
   free(L->w_qkv), free(L->w_o), free(L->dw_qkv), free(L->dw_o);

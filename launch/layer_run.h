@@ -25,7 +25,7 @@ typedef struct {
   attn_ctx_t ctx;        /* on a device context: float32 copies of the buffers above */
   int copies;
   float *ctx_buf[LB_COUNT]; /* the buffers the layer calls see (copies, or the host's) */
-  void *spec_arrays[5];     /* on a device context: the spec's arrays there (ctxbuf_spec) */
+  void *spec_arrays[CTXBUF_ARRAYS];     /* on a device context: the spec's arrays there (ctxbuf_spec) */
   attn_block_mask bm;
 } layer_job;
 

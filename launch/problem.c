@@ -4,6 +4,7 @@
  * counter RNG or read with pread from the files (float32, rounded to the run's dtype):
  * no rank ever holds the full sequence.
  * problem_fetch serves the oracle any row of the full sequence. */
+#include "kvcache.h"
 #include "problem.h"
 #include "err.h"
 
@@ -275,6 +276,7 @@ int problem_setup(problem *p, const run_args *a, char *err, size_t errlen) {
   p->spec.cu_seqlens_q = p->cu_q;
   p->spec.cu_seqlens_kv = p->cu_kv;
   if (a->sparse && make_block_mask(p, a, err, errlen)) return -1;
+  if (kvcache_setup(p, a, err, errlen)) return -1;
   attn_cp_shard qw = problem_whole(p->seq_q), kw = problem_whole(p->seq_kv);
   problem_set_shard(p, &qw, &kw, 0, p->spec.num_heads_q, 0, p->spec.num_heads_kv);
   return 0;
@@ -401,6 +403,7 @@ void problem_free(problem *p) {
   free(p->cu_q);
   free(p->cu_kv);
   free(p->mask_bytes);
+  kvcache_free(p);
   free(p->q);
   free(p->k);
   free(p->v);

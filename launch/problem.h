@@ -26,6 +26,11 @@ typedef struct {
   int32_t *cu_q, *cu_kv; /* [num_seqs + 1] or NULL */
   attn_block_mask block_mask;
   uint8_t *mask_bytes; /* [num_q_blocks, num_k_blocks] or NULL */
+  /* a KV cache (kvcache.c; spec.kv_cache = &kv_cache), or kv_used NULL: none */
+  attn_kv_cache kv_cache;
+  int32_t *kv_used;     /* [B] keys each batch uses */
+  int32_t *block_table; /* [B, pages_per_seq] or NULL: not paged */
+  int64_t page_size, pages_per_seq, num_pages;
   /* where inputs come from */
   uint64_t seed;
   attn_dtype dtype; /* Q, K, V, dO are rounded to it (nearest even) wherever they are read */

@@ -81,6 +81,15 @@ static void print_features(FILE *out, const run_args *a, const problem *p) {
   if (s->sinks) fprintf(out, " sinks%s", p->sinks_from_file ? "(file)" : "");
   if (s->alibi_slopes) fprintf(out, " alibi%s", p->alibi_from_file ? "(file)" : "");
   if (s->num_seqs) fprintf(out, " varlen=%d seqs", s->num_seqs);
+  if (p->kv_used) {
+    int64_t keys = 0;
+    for (int64_t b = 0; b < p->batch; b++) keys += p->kv_used[b];
+    fprintf(out, " kv_cache(used %s: %lld keys in all",
+            a->cache_lens_random ? "random" : a->cache_lens_count ? "given" : "all",
+            (long long)keys);
+    if (p->page_size) fprintf(out, "; paged, %lld-row pages shuffled", (long long)p->page_size);
+    fprintf(out, ")");
+  }
   if (s->block_mask) {
     const attn_sparse_pattern *sp = &a->sparse_pattern;
     fprintf(out, " sparse(local=%d,stride=%d,global=%d,random=%d,block=%d: %.1f%% of tiles)",
@@ -433,6 +442,10 @@ static void json_config(FILE *f, const report_data *d) {
   json_bool(f, "sinks", s->sinks != NULL);
   json_bool(f, "alibi", s->alibi_slopes != NULL);
   json_int(f, "varlen_seqs", s->num_seqs);
+  int64_t keys = 0;
+  for (int64_t b = 0; d->p->kv_used && b < d->p->batch; b++) keys += d->p->kv_used[b];
+  json_int(f, "page_size", d->p->page_size);
+  json_int(f, "cache_keys", d->p->kv_used ? keys : -1);
   json_sparse(f, a, s);
   json_bool(f, "bwd", a->bwd);
   json_int(f, "iters", a->iters);

@@ -174,6 +174,10 @@ static void make_views(attn_job *j) {
   j->q = attn_tensor_contig(t->in[T_Q], dt, dev, B, sq, p->hq, dqk);
   j->k = attn_tensor_contig(t->in[T_K], dt, dev, B, skv, p->hk, dqk);
   j->v = attn_tensor_contig(t->in[T_V], dt, dev, B, skv, p->hk, dv);
+  if (t->pool[0]) { /* a paged cache: [num_pages, page_size, hk, D] */
+    j->k = attn_tensor_contig(t->pool[0], dt, dev, p->num_pages, p->page_size, p->hk, dqk);
+    j->v = attn_tensor_contig(t->pool[1], dt, dev, p->num_pages, p->page_size, p->hk, dv);
+  }
   j->dout = attn_tensor_contig(t->in[T_DO], dt, dev, B, sq, p->hq, dv);
   j->o = attn_tensor_contig(t->out[OUT_O], dt, dev, B, sq, p->hq, dv);
   j->dq = attn_tensor_contig(t->out[OUT_DQ], ATTN_F32, dev, B, sq, p->hq, dqk);

@@ -33,6 +33,7 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
                      attn_tensor *dk, attn_tensor *dv, float *dsinks) {
   attn__problem pb;
   attn__view ov, dov, dqv, dkv, dvv;
+  ATTN_CHECK(attn__no_kv_cache(spec, "attn_bwd"));
   ATTN_CHECK(attn__make_problem(ctx, spec, q, k, v, NULL, &pb));
   ATTN_CHECK(attn__check_tensor(ctx, "o", o, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &ov));
   ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
@@ -49,7 +50,7 @@ attn_status attn_bwd(attn_ctx_t ctx, const attn_spec *spec, const attn_tensor *q
   if (ctx->ops->scratch) ATTN_CHECK(ctx->ops->scratch(ctx, nd, &delta));
   else ATTN_CHECK(ctx->ops->mem_alloc(ctx, (size_t)nd * sizeof(float), (void **)&delta));
   reset_stats(ctx);
-  attn__view dsv = {dsinks, 0, 0, 0};
+  attn__view dsv = attn__view_of(dsinks, 0, 0, 0);
   attn_status st = ATTN_OK;
   if (dsinks && pb.sinks) st = zero_view(ctx, dsv, 1, 1, 1, pb.Hq);
   if (st == ATTN_OK) st = zero_view(ctx, dqv, pb.B, pb.sq, pb.Hq, pb.Dqk);
@@ -168,6 +169,7 @@ attn_status attn_bwd_block(attn_ctx_t ctx, const attn_spec *spec, const attn_ten
                            const attn_block_pos *pos) {
   attn__problem pb;
   attn__view dov, dqv, dkv, dvv;
+  ATTN_CHECK(attn__no_kv_cache(spec, "attn_bwd_block"));
   ATTN_CHECK(attn__make_problem(ctx, spec, q, k, v, pos, &pb));
   ATTN_CHECK(need(pos, "pos"));
   ATTN_CHECK(attn__check_tensor(ctx, "dout", dout, pb.dtype, (int64_t[4]){pb.B, pb.sq, pb.Hq, pb.Dv}, 0, &dov));
@@ -192,6 +194,13 @@ double attn_flops_fwd(const attn_spec *spec, int64_t batch, int64_t seq_q, int64
     for (int32_t s = 0; s < spec->num_seqs; s++)
       sum += (double)(spec->cu_seqlens_q[s + 1] - spec->cu_seqlens_q[s]) *
              (double)(spec->cu_seqlens_kv[s + 1] - spec->cu_seqlens_kv[s]);
+    return per * sum;
+  }
+  const attn_kv_cache *kc =
+      spec->size >= offsetof(attn_spec, kv_cache) + sizeof spec->kv_cache ? spec->kv_cache : NULL;
+  if (kc && kc->seqused_kv) {
+    double sum = 0;
+    for (int64_t b = 0; b < batch; b++) sum += (double)seq_q * (double)kc->seqused_kv[b];
     return per * sum;
   }
   return per * (double)batch * (double)seq_q * (double)seq_kv;

@@ -38,11 +38,40 @@ int64_t attn__param(const char *name, int64_t dflt);
 
 /* ---- the resolved problem ----------------------------------------------------------- */
 /* A strided float32 view of a [B, S, H, D] tensor: element (b,s,h,d) at
- * p[b*sb + s*ss + h*sh + d]. */
+ * p[b*sb + s*ss + h*sh + d]. Paged (pages != NULL: K and V of a KV cache): row s of batch
+ * b lies in page pages[b * pages_per_b + s / page_rows], at p[page*sb + (s % page_rows)*ss
+ * + h*sh]; sb is then the page stride, and rows are evenly strided only within a page. */
 typedef struct {
   float *p;
   int64_t sb, ss, sh;
+  const int32_t *pages; /* [B][pages_per_b], or NULL */
+  int64_t pages_per_b, page_rows;
 } attn__view;
+
+/* An unpaged view. */
+static inline attn__view attn__view_of(const void *p, int64_t sb, int64_t ss, int64_t sh) {
+  attn__view v;
+  v.p = (float *)p;
+  v.sb = sb, v.ss = ss, v.sh = sh;
+  v.pages = NULL;
+  v.pages_per_b = v.page_rows = 0;
+  return v;
+}
+
+/* Offset of row (b, s, h) of x, in elements of its dtype. */
+static inline int64_t attn__view_offset(attn__view x, int64_t b, int64_t s, int64_t h) {
+  if (!x.pages) return b * x.sb + s * x.ss + h * x.sh;
+  const int64_t page = x.pages[b * x.pages_per_b + s / x.page_rows];
+  return page * x.sb + (s % x.page_rows) * x.ss + h * x.sh;
+}
+
+/* Rows from row s on, at most `rows`, that lie evenly strided (ss) in x: all of them
+ * unless paged, else those up to the end of s's page. */
+static inline int64_t attn__view_run(attn__view x, int64_t s, int64_t rows) {
+  if (!x.pages) return rows;
+  const int64_t left = x.page_rows - s % x.page_rows;
+  return rows < left ? rows : left;
+}
 
 /* Everything a kernel needs, validated and with defaults filled. Sizes are local to the
  * call (the block); positions are global. */
@@ -62,8 +91,15 @@ typedef struct {
   const int32_t *cu_q, *cu_kv;       /* varlen prefix sums over global packed positions */
   int32_t num_seqs;                  /* 0: not varlen */
   const attn_block_mask *block_mask;
-  attn__view q, k, v; /* q [B, sq, Hq, Dqk], k [B, skv, Hkv, Dqk], v [B, skv, Hkv, Dv] */
+  /* [B] global keys each batch uses (a KV cache's lengths: its off = kv_used[b] - seq_q),
+   * or NULL: seq_kv */
+  const int32_t *kv_used;
+  /* q [B, sq, Hq, Dqk], k [B, skv, Hkv, Dqk], v [B, skv, Hkv, Dv]; k and v may be paged */
+  attn__view q, k, v;
 } attn__problem;
+
+/* UNSUPPORTED, naming `who`, when spec carries a KV cache (the forward's alone). */
+attn_status attn__no_kv_cache(const attn_spec *spec, const char *who);
 
 /* ---- backends --------------------------------------------------------------------- */
 typedef enum { ATTN__ROWS_COPY = 0, ATTN__ROWS_ADD = 1, ATTN__ROWS_ZERO = 2 } attn__rows_op;

@@ -124,7 +124,7 @@ static attn_status gemm(attn_layer_t L, int ta, int tb, int64_t M, int64_t N, in
 /* A [rows, cols] matrix converted between float32 and the attention dtype. */
 static attn_status convert(attn_layer_t L, void *dst, attn_dtype dt, const void *src,
                            attn_dtype st, int64_t rows, int64_t cols) {
-  attn__view d = {dst, 0, cols, 0}, s = {(void *)src, 0, cols, 0};
+  attn__view d = attn__view_of(dst, 0, cols, 0), s = attn__view_of(src, 0, cols, 0);
   return ctx_of(L)->ops->rows(ctx_of(L), ATTN__ROWS_COPY, d, dt, s, st, 1, rows, 1, cols);
 }
 
@@ -151,7 +151,7 @@ static attn_tensor cols_view(const attn_layer_t L, void *base, attn_dtype dt, in
 }
 
 static attn__view raw_view(float *base, int64_t S, int64_t D, int64_t ld) {
-  attn__view v = {base, S * ld, ld, D};
+  attn__view v = attn__view_of(base, S * ld, ld, D);
   return v;
 }
 
@@ -228,12 +228,13 @@ static attn_status copy_config(const attn_layer_config *in, attn_layer_config *o
   attn_layer_config dflt = ATTN_LAYER_CONFIG_INIT;
   *out = dflt;
   if (!in) return attn__fail(ATTN_ERR_INVALID_ARG, "cfg (attn_layer_config *) is NULL");
+  /* version 1 held a smaller attn_spec, so its later fields sit elsewhere: refused */
   if (in->size < offsetof(attn_layer_config, rope_theta) || in->size > (1u << 16) ||
-      in->version < 1 || in->version > ATTN_LAYER_CONFIG_VERSION)
+      in->version != ATTN_LAYER_CONFIG_VERSION)
     return attn__fail(ATTN_ERR_INVALID_ARG,
-                      "cfg size=%zu version=%u is not valid; initialise with "
-                      "ATTN_LAYER_CONFIG_INIT",
-                      in->size, in->version);
+                      "cfg size=%zu version=%u is not valid (this library takes version %d); "
+                      "initialise with ATTN_LAYER_CONFIG_INIT",
+                      in->size, in->version, ATTN_LAYER_CONFIG_VERSION);
   memcpy(out, in, in->size < sizeof *out ? in->size : sizeof *out);
   out->size = sizeof *out;
   return attn__copy_spec(&in->spec, &out->spec);
@@ -293,6 +294,10 @@ static attn_status check_config(attn_ctx_t ctx, const attn_layer_config *c, int 
     return attn__fail(ATTN_ERR_INVALID_ARG, "d_model=%lld must be in 1..%d",
                       (long long)c->d_model, INT_MAX);
   ATTN_CHECK(attn__check_spec(&c->spec));
+  if (c->spec.kv_cache)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "spec.kv_cache is set: the layer projects its own K and V and takes no "
+                      "KV cache (attn_fwd and attn_fwd_block do)");
   if (!(c->rope_theta >= 0.0f) || isinf(c->rope_theta))
     return attn__fail(ATTN_ERR_INVALID_ARG, "rope_theta=%g must be finite and >= 0 (0 = off)",
                       (double)c->rope_theta);
@@ -659,7 +664,7 @@ static attn_status sum_shared_kv(attn_layer_t L, float *dw_qkv) {
   int64_t c0 = L->h.hq * L->dqk, w = L->cols - c0;
   float *pack = L->buf[BUF_PACK]; /* [d, w] <- columns c0.. of dw_qkv [d, cols] */
   attn_ctx_t ctx = ctx_of(L);
-  attn__view pk = {pack, 0, w, 0}, cl = {dw_qkv + c0, 0, L->cols, 0};
+  attn__view pk = attn__view_of(pack, 0, w, 0), cl = attn__view_of(dw_qkv + c0, 0, L->cols, 0);
   ATTN_CHECK(ctx->ops->rows(ctx, ATTN__ROWS_COPY, pk, ATTN_F32, cl, ATTN_F32, 1, L->d, 1, w));
   ATTN_CHECK(comm_sum(L->kv, pack, L->d * w));
   return ctx->ops->rows(ctx, ATTN__ROWS_COPY, cl, ATTN_F32, pk, ATTN_F32, 1, L->d, 1, w);

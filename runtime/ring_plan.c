@@ -187,6 +187,7 @@ attn_status attn__ring_plan_init(ring_plan *pl, attn_group_t grp, const attn_spe
   /* Spec, dtypes, strides and varlen check as one rank would check the global problem. */
   attn__problem pb;
   attn_block_pos pos = {0, 0, 0, seq_q, seq_kv};
+  ATTN_CHECK(attn__no_kv_cache(spec, all_q ? "split-KV" : "the ring"));
   ATTN_CHECK(attn__make_problem(pl->ctx, spec, q, k, v, &pos, &pb));
   pl->B = pb.B;
   pl->Hq = pb.Hq;
@@ -540,10 +541,10 @@ static attn_status for_rows(const ring_plan *pl, const ring_kv *dst, const ring_
     const int64_t D = which ? pl->Dv : pl->Dqk;
     char *dp = which ? dst->v : dst->k;
     const char *sp = which ? src->v : src->k;
-    attn__view dv = {NULL, which ? dst->vsb : dst->ksb, which ? dst->vss : dst->kss,
-                     which ? dst->vsh : dst->ksh};
-    attn__view sv = {NULL, which ? src->vsb : src->ksb, which ? src->vss : src->kss,
-                     which ? src->vsh : src->ksh};
+    attn__view dv = attn__view_of(NULL, which ? dst->vsb : dst->ksb, which ? dst->vss : dst->kss,
+                                  which ? dst->vsh : dst->ksh);
+    attn__view sv = attn__view_of(NULL, which ? src->vsb : src->ksb, which ? src->vss : src->kss,
+                                  which ? src->vsh : src->ksh);
     for (int j = 0; j < 2; j++) {
       const ring_span sp_j = rows->run[j];
       if (!ring_span_len(sp_j)) continue;
@@ -581,7 +582,7 @@ attn_tensor attn__ring_rows_of(const attn_tensor *t, int64_t s0, int64_t n) {
 }
 
 attn_status attn__ring_zero_tensor(attn_ctx_t ctx, const attn_tensor *t) {
-  attn__view v = {t->data, t->stride[0], t->stride[1], t->stride[2]};
+  attn__view v = attn__view_of(t->data, t->stride[0], t->stride[1], t->stride[2]);
   return ctx->ops->rows(ctx, ATTN__ROWS_ZERO, v, t->dtype, v, t->dtype, t->shape[0], t->shape[1],
                         t->shape[2], t->shape[3]);
 }

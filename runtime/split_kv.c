@@ -141,8 +141,8 @@ static int contiguous(const attn_tensor *t) {
 static void dq_views(const split_run *run, const attn_tensor *dq, attn__view *user,
                      attn__view *packed) {
   const int64_t *n = dq->shape;
-  *user = (attn__view){dq->data, dq->stride[0], dq->stride[1], dq->stride[2]};
-  *packed = (attn__view){run->all, n[1] * n[2] * n[3], n[2] * n[3], n[3]};
+  *user = attn__view_of(dq->data, dq->stride[0], dq->stride[1], dq->stride[2]);
+  *packed = attn__view_of(run->all, n[1] * n[2] * n[3], n[2] * n[3], n[3]);
 }
 
 /* Zero, prepare (delta, dsinks), the own shard's gradients, then the sum of dQ; failures

@@ -170,10 +170,7 @@ static attn_status check_shape(const char *name, const attn_tensor *t, const int
     }
   }
   if (!t->data) return attn__fail(ATTN_ERR_INVALID_ARG, "%s->data is NULL", name);
-  view->p = (float *)t->data;
-  view->sb = t->stride[0];
-  view->ss = t->stride[1];
-  view->sh = t->stride[2];
+  *view = attn__view_of(t->data, t->stride[0], t->stride[1], t->stride[2]);
   return ATTN_OK;
 }
 
@@ -217,6 +214,83 @@ static attn_status check_pos(const attn_block_pos *pos, int64_t sq, int64_t skv,
   return ATTN_OK;
 }
 
+attn_status attn__no_kv_cache(const attn_spec *spec, const char *who) {
+  attn_spec s;
+  if (!spec || attn__copy_spec(spec, &s) != ATTN_OK || !s.kv_cache) return ATTN_OK;
+  return attn__fail(ATTN_ERR_UNSUPPORTED,
+                    "spec->kv_cache is set, but %s takes no KV cache (attn_fwd and "
+                    "attn_fwd_block do: the cache is for inference)",
+                    who);
+}
+
+/* The KV cache's K/V shapes: paged K [num_pages, page_size, Hkv, Dqk] (its Skv is
+ * pages_per_seq * page_size), else the usual [B, Skv, ...]; fills *skv. */
+static attn_status cache_shape(const attn_spec *s, const attn_tensor *k, int64_t batch,
+                               int64_t *k_b, int64_t *skv) {
+  const attn_kv_cache *c = s->kv_cache;
+  *k_b = batch;
+  *skv = k->shape[1];
+  if (!c || !c->block_table) {
+    if (c && c->pages_per_seq)
+      return attn__fail(ATTN_ERR_INVALID_ARG,
+                        "kv_cache->pages_per_seq=%d is set but kv_cache->block_table is NULL",
+                        c->pages_per_seq);
+    return ATTN_OK;
+  }
+  if (c->pages_per_seq <= 0)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "kv_cache->pages_per_seq=%d must be positive with a block_table",
+                      c->pages_per_seq);
+  if (s->num_seqs)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "kv_cache->block_table with varlen (num_seqs=%d): a paged cache serves "
+                      "batched problems (B sequences, kv_cache->seqused_kv)",
+                      s->num_seqs);
+  *k_b = k->shape[0];                       /* num_pages */
+  *skv = (int64_t)c->pages_per_seq * k->shape[1]; /* pages_per_seq * page_size */
+  if (*skv > MAX_EXTENT)
+    return attn__fail(ATTN_ERR_INVALID_ARG, "kv_cache: pages_per_seq=%d x page_size=%lld keys is past 2^40",
+                      c->pages_per_seq, (long long)k->shape[1]);
+  return ATTN_OK;
+}
+
+/* Host-side checks of the cache's arrays: used lengths within the keys, and each page a
+ * batch's used keys of this block reach within the pool. */
+static attn_status check_cache(const attn_spec *s, const attn__problem *pb, int64_t k_pos0,
+                               int64_t num_pages) {
+  const attn_kv_cache *c = s->kv_cache;
+  if (!c) return ATTN_OK;
+  if (c->seqused_kv && s->num_seqs)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "kv_cache->seqused_kv with varlen (num_seqs=%d): varlen gives each "
+                      "sequence's keys by cu_seqlens_kv",
+                      s->num_seqs);
+  for (int64_t b = 0; b < pb->B; b++) {
+    int64_t used = pb->seq_kv;
+    if (c->seqused_kv) {
+      used = c->seqused_kv[b];
+      if (used < 0 || used > pb->seq_kv)
+        return attn__fail(ATTN_ERR_INVALID_ARG,
+                          "kv_cache->seqused_kv[%lld]=%lld must be in 0..%lld (the keys)",
+                          (long long)b, (long long)used, (long long)pb->seq_kv);
+    }
+    if (!c->block_table) continue;
+    int64_t rows = used - k_pos0; /* local keys in use */
+    rows = rows < 0 ? 0 : rows > pb->skv ? pb->skv : rows;
+    const int64_t pages = (rows + pb->k.page_rows - 1) / pb->k.page_rows;
+    for (int64_t i = 0; i < pages; i++) {
+      const int32_t e = c->block_table[b * c->pages_per_seq + i];
+      if (e < 0 || e >= num_pages)
+        return attn__fail(ATTN_ERR_INVALID_ARG,
+                          "kv_cache->block_table[%lld][%lld]=%d is not a page of k and v "
+                          "(0..%lld); batch %lld uses %lld keys",
+                          (long long)b, (long long)i, e, (long long)num_pages - 1,
+                          (long long)b, (long long)used);
+    }
+  }
+  return ATTN_OK;
+}
+
 attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const attn_tensor *q,
                                const attn_tensor *k, const attn_tensor *v,
                                const attn_block_pos *pos, attn__problem *pb) {
@@ -233,21 +307,32 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
   pb->Dqk = s.head_dim_qk;
   pb->Dv = s.head_dim_v ? s.head_dim_v : s.head_dim_qk;
   pb->sq = q->shape[1];
-  pb->skv = k->shape[1];
+  int64_t kb; /* k's and v's first extent: B, or the pages of a paged cache */
+  ATTN_CHECK(cache_shape(&s, k, pb->B, &kb, &pb->skv));
+  const int paged = s.kv_cache && s.kv_cache->block_table;
+  const int64_t krows = paged ? k->shape[1] : pb->skv;
   const int64_t qs[4] = {pb->B, pb->sq, pb->Hq, pb->Dqk};
-  const int64_t ks[4] = {pb->B, pb->skv, pb->Hkv, pb->Dqk};
-  const int64_t vs[4] = {pb->B, pb->skv, pb->Hkv, pb->Dv};
+  const int64_t ks[4] = {kb, krows, pb->Hkv, pb->Dqk};
+  const int64_t vs[4] = {kb, krows, pb->Hkv, pb->Dv};
   ATTN_CHECK(attn__check_tensor(ctx, "q", q, -1, qs, 0, &pb->q));
   ATTN_CHECK(attn__check_tensor(ctx, "k", k, q->dtype, ks, 0, &pb->k));
   ATTN_CHECK(attn__check_tensor(ctx, "v", v, q->dtype, vs, 0, &pb->v));
+  if (paged) { /* rows reach their page through the table */
+    const attn_kv_cache *c = s.kv_cache;
+    pb->k.pages = pb->v.pages = c->block_table;
+    pb->k.pages_per_b = pb->v.pages_per_b = c->pages_per_seq;
+    pb->k.page_rows = pb->v.page_rows = krows;
+  }
   attn_block_pos dpos = ATTN_BLOCK_POS_INIT;
   if (!pos) pos = &dpos;
   ATTN_CHECK(check_pos(pos, pb->sq, pb->skv, &pb->seq_q, &pb->seq_kv));
-  /* cu_seqlens live in the backend's memory: read them here only when that is the host
-   * (a device backend's kernels bound every index by the tensor sizes). */
-  if (ctx->ops->device == ATTN_DEVICE_HOST)
+  /* cu_seqlens and the cache's arrays live in the backend's memory: read them here only
+   * when that is the host (a device backend's kernels bound every index by the tensor
+   * sizes). */
+  if (ctx->ops->device == ATTN_DEVICE_HOST) {
     ATTN_CHECK(check_varlen(&s, pb->B, pb->seq_q, pb->seq_kv));
-  else if (s.num_seqs && pb->B != 1)
+    ATTN_CHECK(check_cache(&s, pb, pos->k_pos0, kb));
+  } else if (s.num_seqs && pb->B != 1)
     return attn__fail(ATTN_ERR_INVALID_ARG, "varlen needs batch=1 (packed sequences), got %lld",
                       (long long)pb->B);
   pb->dtype = q->dtype;
@@ -265,6 +350,7 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
   pb->cu_kv = s.cu_seqlens_kv;
   pb->num_seqs = s.num_seqs;
   pb->block_mask = s.block_mask;
+  pb->kv_used = s.kv_cache ? s.kv_cache->seqused_kv : NULL;
   return ATTN_OK;
 }
 

@@ -468,8 +468,8 @@ attn_status attn__cpu_bwd_block(attn_ctx_t ctx, const attn__problem *pb, attn__v
       goto done;
     }
     for (int s = 1; s < jb.nsplit; s++)
-      dqs[s] = (attn__view){partial + one * (size_t)(s - 1), pb->sq * pb->Hq * pb->Dqk,
-                            pb->Hq * pb->Dqk, pb->Dqk};
+      dqs[s] = attn__view_of(partial + one * (size_t)(s - 1), pb->sq * pb->Hq * pb->Dqk,
+                           pb->Hq * pb->Dqk, pb->Dqk);
   }
   jb.dq = dqs;
   st = run_units(&jb, be->threads);

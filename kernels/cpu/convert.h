@@ -41,9 +41,10 @@ static inline void attn__cpu_store(void *base, int64_t i, attn_dtype t, float f)
   ((uint16_t *)base)[i] = h;
 }
 
-/* Row (b, s, h) of view x holding dtype t (x.p is the base; strides count elements of t). */
+/* Row (b, s, h) of view x holding dtype t (x.p is the base; strides count elements of t;
+ * a paged view through its page table). */
 static inline void *attn__cpu_row(attn__view x, attn_dtype t, int64_t b, int64_t s, int64_t h) {
-  return (char *)x.p + (b * x.sb + s * x.ss + h * x.sh) * (int64_t)attn_dtype_size(t);
+  return (char *)x.p + attn__view_offset(x, b, s, h) * (int64_t)attn_dtype_size(t);
 }
 
 #endif

@@ -182,9 +182,11 @@ typedef struct {
   int64_t kpos_col0;  /* sequence-local position of local key 0 */
   int64_t off;        /* len_kv - len_q of the sequence */
   int64_t len_kv;     /* keys in the sequence */
+  int32_t batch1;     /* 0: every batch; b + 1: batch b only (a KV cache's used lengths) */
 } cpu_segment;
 
-/* Segments of pb (caller frees *out). */
+/* Segments of pb (caller frees *out): one per varlen sequence, one per batch with used
+ * lengths (pb->kv_used), else one. */
 attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *count);
 
 /* The factor Q is packed with: scores come out in log2 units, or as s/cap for softcap
@@ -229,6 +231,10 @@ typedef struct {
   attn_dtype t;
   int64_t S, H, D, nt;
   uint8_t *flag; /* [B][H][nt]: 0 not looked at yet, 1 finite, 2 holds NaN or Inf */
+  /* a KV cache's used lengths (global keys, [B]) and x's first key position: rows past
+   * them are not looked at (they may hold anything, or lie in no page); NULL: all */
+  const int32_t *kv_used;
+  int64_t k_pos0;
 } cpu_tile_flags;
 
 attn_status attn__cpu_flags_init(cpu_tile_flags *f, attn__view x, attn_dtype t, int64_t B,
@@ -239,7 +245,8 @@ int attn__cpu_tile_nonfinite(const cpu_tile_flags *f, const cpu_tile_ops *ops, i
                              int64_t h, int64_t tile);
 
 /* Rows [s0, s0+rows) of head h of batch b of x (dtype t, D wide) as float32: x itself when
- * t is float32 (*ld = its row stride), else converted into buf [rows][D] (*ld = D). */
+ * t is float32 and the rows lie evenly strided (*ld = its row stride; a paged view: within
+ * one page), else converted or gathered into buf [rows][D] (*ld = D). */
 const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtype t, int64_t b,
                                 int64_t s0, int64_t h, int rows, int D, float *buf,
                                 int64_t *ld);

@@ -145,8 +145,8 @@ static cpu_prefetch kv_rows(const attn__problem *pb, attn__view x, int64_t b, in
                             int64_t c0, int64_t c1, int64_t D) {
   const int64_t es = (int64_t)attn_dtype_size(pb->dtype);
   if (c0 >= c1) return (cpu_prefetch){NULL, 0, 0, 0};
-  return (cpu_prefetch){attn__cpu_row(x, pb->dtype, b, c0, hk), x.ss * es, (int)(c1 - c0),
-                        (int)(D * es)};
+  return (cpu_prefetch){attn__cpu_row(x, pb->dtype, b, c0, hk), x.ss * es,
+                        (int)attn__view_run(x, c0, c1 - c0), (int)(D * es)}; /* a page's */
 }
 
 /* One KV group's lanes [L0, L0 + ug) through the row kernels on keys [ca, cb) of KV head
@@ -292,8 +292,8 @@ static void finalize_rows(const fwd_job *jb, const fwd_item *it, fwd_work *w, at
 /* st->acc [B][Hq][st->rows][Dv] as a view whose row (b, s, h) is the state row of local
  * query row s of head h. */
 static attn__view acc_view(const attn__problem *pb, const attn_state *st) {
-  return (attn__view){st->acc + pb->q_row0 * pb->Dv, pb->Hq * st->rows * pb->Dv, pb->Dv,
-                      st->rows * pb->Dv};
+  return attn__view_of(st->acc + pb->q_row0 * pb->Dv, pb->Hq * st->rows * pb->Dv, pb->Dv,
+                       st->rows * pb->Dv);
 }
 
 static void state_load(const fwd_job *jb, const fwd_item *it, const attn_state *st,
@@ -383,7 +383,8 @@ static int64_t fill_items(const attn__problem *pb, const cpu_segment *segs, int 
     for (int64_t r0 = segs[s].r1; r0 > segs[s].r0;) {
       int64_t a = r0 - CPU_BR > segs[s].r0 ? r0 - CPU_BR : segs[s].r0;
       const int rows = (int)(r0 - a), pack = attn__cpu_pack_heads(pb, rows);
-      for (int64_t b = 0; b < pb->B; b++)
+      for (int64_t b = 0; b < pb->B; b++) {
+        if (segs[s].batch1 && segs[s].batch1 != b + 1) continue; /* another batch's */
         for (int64_t h = 0, nh; h < pb->Hq; h += nh) {
           /* within one group, or whole groups (h at a group's first head) */
           nh = pack >= G ? (pack < pb->Hq - h ? pack : pb->Hq - h)
@@ -391,6 +392,7 @@ static int64_t fill_items(const attn__problem *pb, const cpu_segment *segs, int 
           if (items) items[k] = (fwd_item){(int32_t)b, (int32_t)h, (int32_t)nh, s, rows, a};
           k++;
         }
+      }
       r0 = a;
     }
   return k;
@@ -491,15 +493,21 @@ static attn_status run_fwd(attn_ctx_t ctx, const attn__problem *pb, attn_state *
   ATTN_CHECK(attn__cpu_segments(pb, &segs, &nseg));
   attn_status status = make_items(pb, segs, nseg, &items, &nitems);
   cpu_tile_flags vbad = {0};
-  const cpu_bf16_ops *bf16 = attn__cpu_bf16_for(be, pb);
+  /* the bf16 tile products read K/V rows evenly strided: paged, only pages of whole tiles */
+  const int paged = pb->k.pages != NULL, cache = paged || pb->kv_used;
+  const cpu_bf16_ops *bf16 =
+      paged && pb->k.page_rows % CPU_BC ? NULL : attn__cpu_bf16_for(be, pb);
   fwd_job jb = {pb, be->ops, segs, &vbad, bf16, ctx, NULL, (pb->skv + CPU_BC - 1) / CPU_BC};
   if (status == ATTN_OK)
     status = attn__cpu_flags_init(&vbad, pb->v, pb->dtype, pb->B, pb->skv, pb->Hkv, pb->Dv);
+  vbad.kv_used = pb->kv_used;
+  vbad.k_pos0 = pb->k_pos0;
   /* V's pairs packed once when each KV head has query tiles to share them (a pack a tile
-   * cost 6% of the forward at 4K), within a bound on the copy; else a pack a tile */
+   * cost 6% of the forward at 4K), within a bound on the copy; else a pack a tile. Not for
+   * a KV cache, whose rows past the used ones may lie in no page. */
   const size_t vpk_bytes = (size_t)(pb->B * pb->Hkv * jb.ntk) * CPU_BC * (size_t)pb->Dv * 2;
-  if (status == ATTN_OK && bf16 && nitems >= 2 * pb->B * pb->Hkv && pb->sq > CPU_ROWS_MAX &&
-      vpk_bytes <= CPU_VPK_MAX_BYTES)
+  if (status == ATTN_OK && bf16 && !cache && nitems >= 2 * pb->B * pb->Hkv &&
+      pb->sq > CPU_ROWS_MAX && vpk_bytes <= CPU_VPK_MAX_BYTES)
     jb.vpk = aligned_alloc(64, (vpk_bytes + 63) / 64 * 64); /* NULL: a pack a tile */
   const int nsplit = choose_splits(pb, nitems, be->threads);
   const size_t pf = part_floats(pb);

@@ -7,13 +7,19 @@
 #include <string.h>
 
 attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *count) {
-  int n = pb->num_seqs ? pb->num_seqs : 1;
+  int n = pb->num_seqs ? pb->num_seqs : pb->kv_used ? (int)pb->B : 1;
   cpu_segment *seg = calloc((size_t)n, sizeof *seg);
   if (!seg) return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "segment list (%d) allocation failed", n);
   int used = 0;
-  if (!pb->num_seqs) {
+  if (!pb->num_seqs && pb->kv_used) { /* batch b sees its first kv_used[b] keys */
+    for (int b = 0; b < n; b++) {
+      const int64_t len = pb->kv_used[b], c1 = len - pb->k_pos0;
+      seg[used++] = (cpu_segment){0, pb->sq, 0, c1 < 0 ? 0 : c1 > pb->skv ? pb->skv : c1,
+                                  pb->q_pos0, pb->k_pos0, len - pb->seq_q, len, b + 1};
+    }
+  } else if (!pb->num_seqs) {
     seg[0] = (cpu_segment){0, pb->sq, 0, pb->skv, pb->q_pos0, pb->k_pos0,
-                           pb->seq_kv - pb->seq_q, pb->seq_kv};
+                           pb->seq_kv - pb->seq_q, pb->seq_kv, 0};
     used = 1;
   } else {
     const int64_t qa = pb->q_pos0, qb = pb->q_pos0 + pb->sq;
@@ -26,7 +32,7 @@ attn_status attn__cpu_segments(const attn__problem *pb, cpu_segment **out, int *
       int64_t c0 = (s_ka > ka ? s_ka : ka) - ka, c1 = (s_kb < kb ? s_kb : kb) - ka;
       if (c1 < c0) c1 = c0;
       seg[used++] = (cpu_segment){r0, r1, c0, c1, qa - s_qa, ka - s_ka,
-                                  (s_kb - s_ka) - (s_qb - s_qa), s_kb - s_ka};
+                                  (s_kb - s_ka) - (s_qb - s_qa), s_kb - s_ka, 0};
     }
   }
   *out = seg;
@@ -143,7 +149,7 @@ int attn__cpu_tile_info(const attn__problem *pb, const cpu_segment *seg, int64_t
 
 attn_status attn__cpu_flags_init(cpu_tile_flags *f, attn__view x, attn_dtype t, int64_t B,
                                  int64_t S, int64_t H, int64_t D) {
-  *f = (cpu_tile_flags){x, t, S, H, D, (S + CPU_BC - 1) / CPU_BC, NULL};
+  *f = (cpu_tile_flags){x, t, S, H, D, (S + CPU_BC - 1) / CPU_BC, NULL, NULL, 0};
   f->flag = calloc((size_t)(B * H * f->nt) + 1, 1);
   if (!f->flag)
     return attn__fail(ATTN_ERR_OUT_OF_MEMORY, "tile flags (%lld) allocation failed",
@@ -161,9 +167,15 @@ int attn__cpu_tile_nonfinite(const cpu_tile_flags *f, const cpu_tile_ops *ops, i
   uint8_t *flag = &f->flag[(b * f->H + h) * f->nt + tile];
   uint8_t v = __atomic_load_n(flag, __ATOMIC_RELAXED);
   if (!v) {
-    int64_t s0 = tile * CPU_BC, rows = f->S - s0 < CPU_BC ? f->S - s0 : CPU_BC;
-    v = ops->nonfinite(attn__cpu_row(f->x, f->t, b, s0, h), f->x.ss, f->t, (int)rows, (int)f->D)
-            ? 2 : 1;
+    int64_t s0 = tile * CPU_BC, end = f->S;
+    if (f->kv_used && f->kv_used[b] - f->k_pos0 < end) end = f->kv_used[b] - f->k_pos0;
+    if (end > s0 + CPU_BC) end = s0 + CPU_BC;
+    v = 1;
+    for (int64_t s = s0, run; s < end && v == 1; s += run) { /* page by page */
+      run = attn__view_run(f->x, s, end - s);
+      if (ops->nonfinite(attn__cpu_row(f->x, f->t, b, s, h), f->x.ss, f->t, (int)run, (int)f->D))
+        v = 2;
+    }
     __atomic_store_n(flag, v, __ATOMIC_RELAXED);
   }
   return v == 2;
@@ -173,11 +185,19 @@ const float *attn__cpu_rows_f32(const cpu_tile_ops *ops, attn__view x, attn_dtyp
                                 int64_t s0, int64_t h, int rows, int D, float *buf,
                                 int64_t *ld) {
   const void *src = attn__cpu_row(x, t, b, s0, h);
-  if (t == ATTN_F32) {
+  const int64_t run = attn__view_run(x, s0, rows);
+  if (t == ATTN_F32 && run == rows) {
     *ld = x.ss;
     return src;
   }
-  ops->rows_in(buf, D, src, x.ss, t, rows, D);
+  for (int64_t r = 0, n; r < rows; r += n) { /* page by page when paged */
+    n = attn__view_run(x, s0 + r, rows - r);
+    const void *from = attn__cpu_row(x, t, b, s0 + r, h);
+    if (t != ATTN_F32) ops->rows_in(buf + r * D, D, from, x.ss, t, (int)n, D);
+    else
+      for (int64_t i = 0; i < n; i++)
+        memcpy(buf + (r + i) * D, (const float *)from + i * x.ss, (size_t)D * sizeof(float));
+  }
   *ld = D;
   return buf;
 }

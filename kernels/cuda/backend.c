@@ -166,9 +166,19 @@ static attn_status cu_stats(attn_ctx_t ctx) {
   return ATTN_OK;
 }
 
+/* The CUDA kernels read K/V as [B, Skv] rows: no pages, no per-batch used lengths yet. */
+static attn_status no_cache(const attn__problem *pb) {
+  if (!pb->k.pages && !pb->kv_used) return ATTN_OK;
+  return attn__fail(ATTN_ERR_UNSUPPORTED,
+                    "spec->kv_cache (%s) is not supported by the cuda backend yet (the cpu "
+                    "backend takes it)",
+                    pb->k.pages ? "a paged block_table" : "seqused_kv");
+}
+
 static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
                           int64_t lse_rows) {
   cuda_backend *be = ctx->backend_data;
+  ATTN_CHECK(no_cache(pb));
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));
@@ -180,6 +190,7 @@ static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o,
 
 static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_state *st) {
   cuda_backend *be = ctx->backend_data;
+  ATTN_CHECK(no_cache(pb));
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));

@@ -38,7 +38,8 @@ class _Spec:
 
     def __init__(self, func, stage, dims, causal=False, window=(-1, -1), softcap=0.0,
                  scale=None, sinks=None, alibi_slopes=None, cu_seqlens_q=None,
-                 cu_seqlens_kv=None, block_mask=None, spec=None):
+                 cu_seqlens_kv=None, block_mask=None, block_table=None, seqused_kv=None,
+                 spec=None):
         s = self.spec = C.Spec() if spec is None else spec
         s.num_heads_q, s.num_heads_kv, s.head_dim_qk, s.head_dim_v = (int(d) for d in dims)
         s.scale = 0.0 if scale is None else float(scale)
@@ -67,6 +68,15 @@ class _Spec:
             bm.block_q, bm.block_k = int(bq), int(bk)
             bm.mask = self._vec(stage, func, "block_mask", mask, "uint8")
             s.block_mask = ctypes.pointer(bm)
+        if block_table is not None or seqused_kv is not None:
+            kc = self.kc = C.KvCache()
+            if block_table is not None:
+                if len(getattr(block_table, "shape", ())) != 2:
+                    raise C.invalid(func, "block_table: expected [B, pages_per_seq] int32")
+                kc.pages_per_seq = int(block_table.shape[1])
+                kc.block_table = self._vec(stage, func, "block_table", block_table, "int32")
+            kc.seqused_kv = self._vec(stage, func, "seqused_kv", seqused_kv, "int32")
+            s.kv_cache = ctypes.pointer(kc)
 
     def _vec(self, stage, func, name, x, dtype):
         x = A.vector(x, dtype, func, name)
@@ -188,7 +198,9 @@ class Context(_Handle):
         """(o [B, Sq, Hq, Dv] in q's dtype, lse [B, Hq, Sq] float32). Keywords: causal,
         window=(left, right) (-1: unbounded), softcap, scale (None: 1/sqrt(Dqk)), sinks [Hq],
         alibi_slopes [Hq], cu_seqlens_q / cu_seqlens_kv (varlen, B = 1), block_mask =
-        (mask [num_q_blocks, num_k_blocks] uint8, block_q, block_k)."""
+        (mask [num_q_blocks, num_k_blocks] uint8, block_q, block_k). A KV cache (forward
+        only): block_table [B, pages_per_seq] int32 with k, v [num_pages, page_size, Hkv, D]
+        (paged), and/or seqused_kv [B] int32, the keys each batch uses."""
         return _fwd_call(self, "attn_fwd", q, k, v, spec,
                          lambda sp, *args: C.lib.attn_fwd(self._h, sp, *args))
 
@@ -372,7 +384,7 @@ class Layer(_Handle):
         self.group = group
         self._stage = A.Staging(group.ctx._h, group.ctx.device)
         cfg = C.LayerConfig()
-        cfg.size, cfg.version = ctypes.sizeof(C.LayerConfig), 1
+        cfg.size, cfg.version = ctypes.sizeof(C.LayerConfig), C.LAYER_CONFIG_VERSION
         cfg.d_model, cfg.rope_theta = int(d_model), float(rope_theta)
         cfg.layout = _layout(func, layout)
         cfg.attention_dtype = C.LAYER_DTYPES[attention_dtype]

@@ -31,7 +31,12 @@ class BlockMask(ctypes.Structure):
                 ("num_k_blocks", c_i64), ("mask", c_p)]
 
 
-SPEC_VERSION = 1
+class KvCache(ctypes.Structure):
+    _fields_ = [("block_table", c_p), ("pages_per_seq", c_i32), ("seqused_kv", c_p)]
+
+
+SPEC_VERSION = 2
+LAYER_CONFIG_VERSION = 2
 
 
 class Spec(ctypes.Structure):
@@ -40,7 +45,8 @@ class Spec(ctypes.Structure):
                 ("scale", c_f32), ("causal", c_i32), ("window_left", c_i64),
                 ("window_right", c_i64), ("softcap", c_f32), ("sinks", c_p),
                 ("alibi_slopes", c_p), ("cu_seqlens_q", c_p), ("cu_seqlens_kv", c_p),
-                ("num_seqs", c_i32), ("block_mask", ctypes.POINTER(BlockMask))]
+                ("num_seqs", c_i32), ("block_mask", ctypes.POINTER(BlockMask)),
+                ("kv_cache", ctypes.POINTER(KvCache))]
 
     def __init__(self):
         super().__init__()

@@ -53,3 +53,6 @@ add_test(NAME cli_emu_stats
                  "-DEXPECT=tiles_computed=12;tiles_skipped=4;flops_computed=50331648;bwd_tiles_computed=24;bwd_tiles_skipped=8;bwd_flops_computed=125829120"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/emu_stats.cmake)
 set_tests_properties(cli_emu_stats PROPERTIES TIMEOUT 300 LABELS emu)
+# A KV cache is cpu-only for now: the cuda backend refuses it with a message, exit 1.
+cli_expect(emu_kv_cache_refused 1 --seq 1 --seq-kv 300 --page-size 16 --check 4 ${EMU_FAST}
+           STDERR "not supported by the cuda backend yet" EXE attnrun_emu_cli LABEL emu)

@@ -97,6 +97,53 @@ def varlen_case(rng, lens_q, lens_kv, **spec):
     return case(rng, B=1, Sq=int(cq[-1]), Skv=int(ck[-1]), cu_seqlens_q=cq, cu_seqlens_kv=ck, **spec)
 
 
+def kv_cache_case(rng, B=3, Sq=2, Skv=90, Hq=4, Hkv=2, D=16, page=16, **spec):
+    """A KV cache: each batch's used keys (seqused_kv) and K/V in shuffled pages (a block
+    table; rows past the used keys and the spare page NaN), against the reference run per
+    batch on exactly its used keys."""
+    if spec.pop("sinks", False):
+        spec["sinks"] = rng.standard_normal(Hq).astype(np.float32)
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(np.float32)
+    k, v = (rng.standard_normal((B, Skv, Hkv, D)).astype(np.float32) for _ in range(2))
+    used = np.array([Skv, 0] + [int(x) for x in rng.integers(0, Skv + 1, B - 2)], np.int32)
+    pps = -(-Skv // page)
+    perm = rng.permutation(B * pps + 1).astype(np.int32)
+    table = np.full((B, pps), -1, np.int32)
+    kp, vp = (np.full((B * pps + 1, page, Hkv, D), np.nan, np.float32) for _ in range(2))
+    for b in range(B):
+        for j in range(used[b]):
+            table[b, j // page] = perm[b * pps + j // page]
+            kp[table[b, j // page], j % page], vp[table[b, j // page], j % page] = k[b, j], v[b, j]
+    if CTX.backend.startswith("cuda"):  # cpu-only for now: refused with a message
+        try:
+            CTX.forward(q, kp, vp, block_table=table, seqused_kv=used, **spec)
+            FAILS.append("kv cache: the cuda backend accepted a cache")
+        except attnrun.AttnError as e:
+            print(f"kv cache on {CTX.backend}: refused ({e})")
+            if "not supported by the cuda backend" not in str(e):
+                FAILS.append(f"kv cache on cuda: {e}")
+        return
+    o, lse = CTX.forward(q, kp, vp, block_table=table, seqused_kv=used, **spec)
+    o2, lse2 = CTX.forward(q, k, v, seqused_kv=used, **spec)
+    ro, rlse = np.zeros_like(o, np.float64), np.full(lse.shape, -np.inf)
+    for b in range(B):
+        if used[b]:
+            ob, lb = ref.forward(q[b:b + 1], k[b:b + 1, :used[b]], v[b:b + 1, :used[b]], **spec)
+            ro[b], rlse[b] = ob[0], lb[0]
+        elif "sinks" in spec:
+            rlse[b] = spec["sinks"][:, None]
+    print(f"kv cache B{B} Sq{Sq} Skv{Skv} page {page} used {list(used)} {sorted(spec)}")
+    for n, got in (("paged", (o, lse)), ("seqused_kv", (o2, lse2))):
+        expect(f"{n} o", got[0], ro, TOL["o"])
+        expect(f"{n} lse", got[1], rlse, TOL["lse"])
+    try:
+        CTX.backward(q, k, v, o2, lse2, o2, seqused_kv=used, **spec)
+        FAILS.append("kv cache: backward accepted a cache")
+    except attnrun.AttnError as e:
+        if "kv_cache" not in str(e):
+            FAILS.append(f"kv cache backward: {e}")
+
+
 def bad_arguments(rng):
     """Each mistake raises AttnError with the argument's name; the inputs are untouched."""
     print("bad arguments")
@@ -344,6 +391,9 @@ def main():
         FAILS.append("empty rows: O, LSE or dQ not 0 / -inf")
     varlen_case(rng, [7, 0, 19, 5], [11, 4, 19, 9], causal=True)
     varlen_case(rng, [16, 9], [16, 30], window=(4, 4), sinks=True)
+    kv_cache_case(rng, causal=True)
+    kv_cache_case(rng, Sq=5, page=7, sinks=True, window=(20, 0))
+    kv_cache_case(rng, B=2, Sq=1, Skv=256, page=128)
     block_api(rng)
     bad_arguments(rng)
     staging_mechanics(rng)
