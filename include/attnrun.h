@@ -120,14 +120,15 @@ ATTN_API attn_status attn_block_mask_fill(attn_block_mask *bm, uint8_t *mask,
                                           const attn_sparse_pattern *p);
 
 /* A KV cache, as inference servers keep it (version 2 of attn_spec). Forward only:
- * attn_fwd and attn_fwd_block take it; the backward, the ring, split-KV and the layer
- * refuse it.
+ * attn_fwd and attn_fwd_block take it, on the cpu and cuda backends; the backward, the
+ * ring, split-KV and the layer refuse it; not with varlen (a batched problem).
  * - Paged (block_table set): K is [num_pages, page_size, Hkv, Dqk] and V [num_pages,
  *   page_size, Hkv, Dv], pages in any order; batch b's key j (0 <= j < Skv, Skv =
  *   pages_per_seq * page_size) is row j % page_size of page
  *   block_table[b * pages_per_seq + j / page_size]. Every entry a batch's used keys reach
- *   must lie in [0, num_pages); entries past them are not read. In varlen (B = 1) the
- *   packed keys are paged the same way, through the table's one row.
+ *   must lie in [0, num_pages); entries past them are not read. The host checks
+ *   both arrays on the cpu backend; on cuda they are device memory it never reads: an
+ *   entry outside the pool reads as zero K/V rows, a length outside 0..Skv is clamped.
  * - seqused_kv set (not varlen): batch b attends to its first seqused_kv[b] keys only
  *   (0..Skv), exactly as if its Skv were that: causal and window align bottom-right to
  *   it. Keys past it are never read (they may hold anything). 0: empty rows. */

@@ -490,7 +490,7 @@ void args_usage(FILE *out, const char *prog) {
       "  --sparse SPEC      block-sparse tile mask, SPEC = key=value list from local, stride,\n"
       "                     global, random (blocks), block (tile size, default 64), seed\n"
       "                     e.g. local=2,stride=4,global=1,random=1,block=64\n"
-      "KV cache (forward only, plain attention; cpu backend)\n"
+      "KV cache (forward only, plain attention)\n"
       "  --page-size N      K/V in pages of N rows, shuffled (a block table, as vLLM keeps\n"
       "                     them); rows past a batch's used keys and spare pages hold NaN\n"
       "  --cache-lens L|L1,..|random\n"

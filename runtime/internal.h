@@ -45,7 +45,7 @@ typedef struct {
   float *p;
   int64_t sb, ss, sh;
   const int32_t *pages; /* [B][pages_per_b], or NULL */
-  int64_t pages_per_b, page_rows;
+  int64_t pages_per_b, page_rows, num_pages; /* num_pages: the pool's, sb apart */
 } attn__view;
 
 /* An unpaged view. */
@@ -54,7 +54,7 @@ static inline attn__view attn__view_of(const void *p, int64_t sb, int64_t ss, in
   v.p = (float *)p;
   v.sb = sb, v.ss = ss, v.sh = sh;
   v.pages = NULL;
-  v.pages_per_b = v.page_rows = 0;
+  v.pages_per_b = v.page_rows = v.num_pages = 0;
   return v;
 }
 

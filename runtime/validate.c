@@ -230,6 +230,11 @@ static attn_status cache_shape(const attn_spec *s, const attn_tensor *k, int64_t
   const attn_kv_cache *c = s->kv_cache;
   *k_b = batch;
   *skv = k->shape[1];
+  if (c && c->seqused_kv && s->num_seqs)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "kv_cache->seqused_kv with varlen (num_seqs=%d): varlen gives each "
+                      "sequence's keys by cu_seqlens_kv",
+                      s->num_seqs);
   if (!c || !c->block_table) {
     if (c && c->pages_per_seq)
       return attn__fail(ATTN_ERR_INVALID_ARG,
@@ -260,11 +265,6 @@ static attn_status check_cache(const attn_spec *s, const attn__problem *pb, int6
                                int64_t num_pages) {
   const attn_kv_cache *c = s->kv_cache;
   if (!c) return ATTN_OK;
-  if (c->seqused_kv && s->num_seqs)
-    return attn__fail(ATTN_ERR_INVALID_ARG,
-                      "kv_cache->seqused_kv with varlen (num_seqs=%d): varlen gives each "
-                      "sequence's keys by cu_seqlens_kv",
-                      s->num_seqs);
   for (int64_t b = 0; b < pb->B; b++) {
     int64_t used = pb->seq_kv;
     if (c->seqused_kv) {
@@ -322,6 +322,7 @@ attn_status attn__make_problem(attn_ctx_t ctx, const attn_spec *spec_in, const a
     pb->k.pages = pb->v.pages = c->block_table;
     pb->k.pages_per_b = pb->v.pages_per_b = c->pages_per_seq;
     pb->k.page_rows = pb->v.page_rows = krows;
+    pb->k.num_pages = pb->v.num_pages = kb;
   }
   attn_block_pos dpos = ATTN_BLOCK_POS_INIT;
   if (!pos) pos = &dpos;

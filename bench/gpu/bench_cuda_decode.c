@@ -1,7 +1,9 @@
 /* bench_cuda_decode.c — times the attnrun CUDA forward on decode steps (a few query rows
  * per head against a long K/V cache: bf16, head dim 128, GQA and MHA, B x Skv up to 256K
- * cached tokens), in two forms side by side: plain (one query head a CTA, unsplit) and the
- * dispatcher's plan (packed GQA, split-KV: kernels/cuda/README.md, "Decode"). A decode step
+ * cached tokens), in three forms side by side: plain (one query head a CTA, unsplit), the
+ * dispatcher's plan (packed GQA, split-KV: kernels/cuda/README.md, "Decode"), and the plan
+ * on a paged KV cache (pages of 16 rows in shuffled order through a block table, with the
+ * used lengths given: what an inference server hands over; "paged16"). A decode step
  * is bound by reading the cache, so next to each it times a device-to-device copy of the
  * same K and V bytes (cudaMemcpyAsync: the bytes read once and written once) and reports
  * the cache bytes read per second and that rate over the copy's read rate (half its bytes
@@ -26,6 +28,7 @@
 
 #define HD 128
 #define MAX_REPS 256
+#define PAGE 16 /* rows a page of the paged form (vLLM's default) */
 
 typedef struct {
   int64_t B, Hq, Hkv, Skv;
@@ -112,6 +115,51 @@ static double check_rows(const attn_cuda_problem *pb, const host_in *hin, const 
     }
   }
   return mag > 0 ? err / mag : err;
+}
+
+/* pb's K and V (host hk, hv [B, Skv, Hkv, HD], nk elements each) as a paged cache in pool
+ * (device, 2 * nk elements: K pages, then V pages): logical page j of batch b at a
+ * shuffled pool page, the block table and used lengths (Skv each) allocated here. */
+static attn_cuda_problem paged_problem(const attn_cuda_problem *pb, const uint16_t *hk,
+                                       const uint16_t *hv, uint16_t *pool, int64_t nk,
+                                       uint64_t seed) {
+  const int64_t pps = pb->skv / PAGE, pages = pb->B * pps, prow = PAGE * pb->Hkv * HD;
+  int32_t *perm = malloc((size_t)pages * 4), *used = malloc((size_t)pb->B * 4);
+  uint16_t *hp = malloc((size_t)nk * 2);
+  if (!perm || !used || !hp) {
+    fprintf(stderr, "host allocation failed\n");
+    exit(1);
+  }
+  for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
+  for (int64_t i = pages - 1; i > 0; i--) { /* Fisher-Yates on a 64-bit LCG */
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t j = (int64_t)((seed >> 33) % (uint64_t)(i + 1));
+    const int32_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int x = 0; x < 2; x++) {
+    const uint16_t *src = x ? hv : hk;
+    for (int64_t i = 0; i < pages; i++)
+      memcpy(hp + perm[i] * prow, src + i * prow, (size_t)prow * 2);
+    CHECK_CUDA(cudaMemcpy(pool + x * nk, hp, (size_t)nk * 2, cudaMemcpyHostToDevice));
+  }
+  for (int64_t b = 0; b < pb->B; b++) used[b] = (int32_t)pb->skv;
+  attn_cuda_problem p = *pb;
+  int32_t *d_table, *d_used;
+  CHECK_CUDA(cudaMalloc((void **)&d_table, (size_t)pages * 4));
+  CHECK_CUDA(cudaMalloc((void **)&d_used, (size_t)pb->B * 4));
+  CHECK_CUDA(cudaMemcpy(d_table, perm, (size_t)pages * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_used, used, (size_t)pb->B * 4, cudaMemcpyHostToDevice));
+  p.k = (attn_cuda_view){pool, prow, pb->Hkv * HD, HD};
+  p.v = (attn_cuda_view){pool + nk, prow, pb->Hkv * HD, HD};
+  p.block_table = d_table;
+  p.kv_used = d_used;
+  p.pages_per_seq = pps;
+  p.page_size = PAGE;
+  p.num_pages = pages;
+  free(perm), free(used), free(hp);
+  return p;
 }
 
 int main(int argc, char **argv) {
@@ -201,12 +249,16 @@ int main(int argc, char **argv) {
     double copy_med, copy_min;
     time_runs(&copy_run, warmup, reps, ev, &copy_med, &copy_min);
     const double copy_read = kv_bytes / (copy_med * 1e-3) / 1e9; /* GB/s read by the copy */
-    for (int form = 0; form < 2; form++) {
+    /* the paged form's pool: the same pages of PAGE rows, shuffled (in the copy buffer,
+     * whose job is done), its table and the used lengths (every key) */
+    const attn_cuda_problem paged = paged_problem(&pb, hk, hv, copy, nk, 7 + si);
+    for (int form = 0; form < 3; form++) {
       attn_cuda_set_decode(form ? -1 : 0, form ? -1 : 1);
-      size_t ws_bytes = attn_cuda_workspace_bytes(&pb);
+      const attn_cuda_problem *fp = form == 2 ? &paged : &pb;
+      size_t ws_bytes = attn_cuda_workspace_bytes(fp);
       void *ws = NULL;
       if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-      run_args ra = {&pb, {o, sq * sh.Hq * HD, sh.Hq * HD, HD}, lse, ws, ws_bytes, NULL, NULL, 0, stream};
+      run_args ra = {fp, {o, sq * sh.Hq * HD, sh.Hq * HD, HD}, lse, ws, ws_bytes, NULL, NULL, 0, stream};
       CHECK_CUDA(cudaMemset(o, 0xFF, (size_t)nq * 2));
       run_once(&ra);
       CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -218,7 +270,7 @@ int main(int argc, char **argv) {
       double med, mn;
       time_runs(&ra, warmup, reps, ev, &med, &mn);
       const double gbps = kv_bytes / (med * 1e-3) / 1e9;
-      const char *name = form ? "planned" : "plain";
+      const char *name = form == 2 ? "paged" : form ? "planned" : "plain";
       printf("%-6s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s\n", name,
              (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.Skv, med, mn,
              gbps, gbps / copy_read, pack, nsplit, ok ? "ok" : "FAIL");
@@ -231,14 +283,14 @@ int main(int argc, char **argv) {
                 "\"causal\": 1, \"ms_median\": %.5f, \"ms_min\": %.5f, \"kv_gbps\": %.1f, "
                 "\"copy_read_gbps\": %.1f, \"pack\": %d, \"nsplit\": %d, \"check\": \"%s\", "
                 "\"check_rel_err\": %.3e, \"device\": \"%s\", \"git\": \"%s\", \"date\": \"%s\"}\n",
-                form ? "attnrun" : "attnrun-plain", HD, (long long)sh.B, (long long)sh.Hq,
+                form == 2 ? "attnrun-paged16" : form ? "attnrun" : "attnrun-plain", HD, (long long)sh.B, (long long)sh.Hq,
                 (long long)sh.Hkv, (long long)sq, (long long)sh.Skv, med, mn, gbps, copy_read,
                 pack, nsplit, ok ? "ok" : "fail", rel, prop.name, BENCH_GIT_SHA, date);
       if (ws) CHECK_CUDA(cudaFree(ws));
     }
     attn_cuda_set_decode(-1, -1);
-    void *dev[] = {q, kv, copy, o, lse};
-    for (int i = 0; i < 5; i++) CHECK_CUDA(cudaFree(dev[i]));
+    void *dev[] = {q, kv, copy, o, lse, (void *)paged.kv_used, (void *)paged.block_table};
+    for (int i = 0; i < 7; i++) CHECK_CUDA(cudaFree(dev[i]));
     free(hq);
     free(hk);
     free(hv);

@@ -190,9 +190,10 @@ def decode_table(recs):
     rows = {}
     for r in recs:
         rows.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r
-    impls = ["attnrun", "attnrun-plain"] + ["torch-" + b for b in DECODE_BACKENDS]
+    impls = ["attnrun", "attnrun-plain", "attnrun-paged16"] + ["torch-" + b for b in DECODE_BACKENDS]
     lines = ["| B | Hq | Hkv | Sq | Skv | attnrun ms | pack x splits | attnrun plain ms | "
-             + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[2:])
+             + "attnrun paged16 ms | "
+             + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[3:])
              + " | best torch / attnrun | attnrun GB/s | vs copy | check |",
              "|" + "---|" * (len(impls) + 10)]
     for key in sorted(rows):
@@ -205,7 +206,7 @@ def decode_table(recs):
         cells = [f"{ms(i):.4f}" + ("*" if r[i].get("gqa_expanded") else "") if ms(i) is not None
                  else ("error" if i in r else "-") for i in impls]
         ours, a = ms("attnrun"), r.get("attnrun", {})
-        best = min([t for t in (ms(i) for i in impls[2:]) if t is not None], default=None)
+        best = min([t for t in (ms(i) for i in impls[3:]) if t is not None], default=None)
         ratio = f"{best / ours:.2f}" if ours and best else "-"
         plan = f"{a['pack']} x {a['nsplit']}" if "pack" in a else "-"
         gbps = f"{a['kv_gbps']:.0f}" if "kv_gbps" in a else "-"

@@ -1,8 +1,9 @@
 /* backend.c — the CUDA backend's function table for the runtime: device and stream choice,
  * a workspace kept per context, and the translation of the resolved problem into the
  * kernels' C interface (cuda_attn.h). Built only with the CUDA backend. On a CUDA context
- * every tensor and every spec array (sinks, ALiBi slopes, cu_seqlens, block mask) is device
- * memory; calls enqueue on the context's stream and do not wait for it. */
+ * every tensor and every spec array (sinks, ALiBi slopes, cu_seqlens, block mask, the KV
+ * cache's lengths and block table) is device memory; calls enqueue on the context's
+ * stream and do not wait for it. */
 #include "cuda_attn.h"
 #include "internal.h"
 #include "ops.h"
@@ -23,8 +24,8 @@ typedef struct {
   int64_t scratch_n;
   int deterministic; /* ATTN_DETERMINISTIC=1: bitwise-repeatable dQ */
   cublasHandle_t blas; /* created by the first gemm, bound to stream */
-  /* attn_stats of the last call, counted on the host (tiles.c). Varlen offsets and block
-   * masks live in device memory: the caller's host copies are used where it has them
+  /* attn_stats of the last call, counted on the host (tiles.c). Varlen offsets, block
+   * masks and a KV cache's used lengths live in device memory: the caller's host copies are used where it has them
    * (ctx->spec_host: the ring), else they are copied into pinned host memory on the
    * stream, ahead of the kernels, and counted when the stats are read (cu_stats), so that
    * no call waits for the device. */
@@ -66,6 +67,13 @@ static attn_cuda_problem to_cuda(const attn__problem *pb) {
   }
   p.dtype = (int32_t)pb->dtype;
   p.q = view_of(pb->q), p.k = view_of(pb->k), p.v = view_of(pb->v);
+  p.kv_used = pb->kv_used;
+  if (pb->k.pages) {
+    p.block_table = pb->k.pages;
+    p.pages_per_seq = pb->k.pages_per_b;
+    p.page_size = pb->k.page_rows;
+    p.num_pages = pb->k.num_pages;
+  }
   return p;
 }
 
@@ -95,6 +103,7 @@ static attn_status stage(cuda_backend *be, void *dst, const void *src, size_t by
 static int host_arrays(attn_ctx_t ctx, const attn_cuda_problem *p, attn_cuda_problem *out) {
   const attn__spec_host *h = ctx->spec_host;
   *out = *p;
+  if (p->kv_used) return 0; /* never held: staged */
   if (!p->num_seqs && !p->block_mask) return 1;
   if (!h || (p->num_seqs && (!h->cu_q || h->cu_q_dev != p->cu_seqlens_q ||
                              h->cu_kv_dev != p->cu_seqlens_kv)))
@@ -114,23 +123,27 @@ static attn_status stats_begin(attn_ctx_t ctx, const attn_cuda_problem *p, int b
   if (host_arrays(ctx, p, &be->st.now)) return ATTN_OK; /* counted in stats_end */
   const size_t ncu = p->num_seqs ? (size_t)(p->num_seqs + 1) * sizeof(int32_t) : 0;
   const size_t nbm = p->block_mask ? (size_t)(p->num_q_blocks * p->num_k_blocks) : 0;
+  const size_t nku = p->kv_used ? (size_t)p->B * sizeof(int32_t) : 0;
+  const size_t total = nku + 2 * ncu + nbm;
   cudaError_t e = cudaSuccess;
-  if (2 * ncu + nbm > be->st.host_bytes) { /* grows rarely; freeing waits for the copies */
+  if (total > be->st.host_bytes) { /* grows rarely; freeing waits for the copies */
     if (be->st.host) e = cudaFreeHost(be->st.host);
     be->st.host = NULL;
     be->st.host_bytes = 0;
-    if (e == cudaSuccess) e = cudaMallocHost(&be->st.host, 2 * ncu + nbm);
+    if (e == cudaSuccess) e = cudaMallocHost(&be->st.host, total);
     if (e != cudaSuccess) {
       be->st.host = NULL;
       return cuda_fail(e, "stats: pinned buffer for the spec arrays");
     }
-    be->st.host_bytes = 2 * ncu + nbm;
+    be->st.host_bytes = total;
   }
   if (!be->st.copied && (e = cudaEventCreateWithFlags(&be->st.copied, cudaEventDisableTiming))) {
     be->st.copied = NULL;
     return cuda_fail(e, "stats: cudaEventCreate");
   }
-  char *h = be->st.host;
+  char *h = be->st.host; /* kv_used [B], cu_seqlens_q, cu_seqlens_kv, mask bytes */
+  if (nku) ATTN_CHECK(stage(be, h, p->kv_used, nku));
+  h += nku;
   if (ncu) ATTN_CHECK(stage(be, h, p->cu_seqlens_q, ncu));
   if (ncu) ATTN_CHECK(stage(be, h + ncu, p->cu_seqlens_kv, ncu));
   if (nbm) ATTN_CHECK(stage(be, h + 2 * ncu, p->block_mask, nbm));
@@ -159,6 +172,10 @@ static attn_status cu_stats(attn_ctx_t ctx) {
   attn_cuda_problem h = be->st.p;
   const size_t ncu = h.num_seqs ? (size_t)(h.num_seqs + 1) : 0;
   const int32_t *cu = be->st.host;
+  if (h.kv_used) {
+    h.kv_used = cu;
+    cu += h.B;
+  }
   h.cu_seqlens_q = h.num_seqs ? cu : NULL;
   h.cu_seqlens_kv = h.num_seqs ? cu + ncu : NULL;
   if (h.block_mask) h.block_mask = (const uint8_t *)(cu + 2 * ncu);
@@ -166,19 +183,9 @@ static attn_status cu_stats(attn_ctx_t ctx) {
   return ATTN_OK;
 }
 
-/* The CUDA kernels read K/V as [B, Skv] rows: no pages, no per-batch used lengths yet. */
-static attn_status no_cache(const attn__problem *pb) {
-  if (!pb->k.pages && !pb->kv_used) return ATTN_OK;
-  return attn__fail(ATTN_ERR_UNSUPPORTED,
-                    "spec->kv_cache (%s) is not supported by the cuda backend yet (the cpu "
-                    "backend takes it)",
-                    pb->k.pages ? "a paged block_table" : "seqused_kv");
-}
-
 static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o, float *lse,
                           int64_t lse_rows) {
   cuda_backend *be = ctx->backend_data;
-  ATTN_CHECK(no_cache(pb));
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));
@@ -190,7 +197,6 @@ static attn_status cu_fwd(attn_ctx_t ctx, const attn__problem *pb, attn__view o,
 
 static attn_status cu_fwd_block(attn_ctx_t ctx, const attn__problem *pb, attn_state *st) {
   cuda_backend *be = ctx->backend_data;
-  ATTN_CHECK(no_cache(pb));
   attn_cuda_problem p = to_cuda(pb);
   ATTN_CHECK(attn_cuda_check(&p));
   ATTN_CHECK(workspace(ctx, &p));

@@ -332,7 +332,7 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
   const fa_elem *gK = fa_at(p.k, b, 0, hk), *gV = fa_at(p.v, b, 0, hk);
   FA_LOAD_ROWS(sQ, SQK, fa_at(p.q, b, R0, h), p.q.ss, DQK, Q_BM, Q_THREADS, tid, r_ < rows);
   FA_LOAD_ROWS(sO, SV, fa_at(p.dout, b, R0, h), p.dout.ss, DV, Q_BM, Q_THREADS, tid, r_ < rows);
-#define Q_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, Q_BN, Q_THREADS)
+#define Q_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, Q_BN, Q_THREADS, 0)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / Q_BN - 1;
   int have = q.kc0 < q.kc1 &&

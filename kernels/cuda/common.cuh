@@ -144,10 +144,18 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
 
 /* Loads key tile T (K and V rows [T.ca, T.cb)) into buffer BUF of sK/sV; rows outside the
  * tile or seen by no query position R0..rlast of the CTA are zero-filled, so NaN/Inf in
- * them cannot reach a product. Uses gK, gV, sK, sV, p, s, R0, rlast, tid of the kernel. */
-#define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS)                                                 \
+ * them cannot reach a product. PAGED (a forward's p.pages != NULL; 0 elsewhere, which
+ * compiles the paged loop away): the rows come through the KV cache's block table
+ * (fa_kv_offset), an entry outside the pool as zeros. Uses gK, gV, sK, sV, p, s, R0,
+ * rlast, tid, b, hk of the kernel. */
+#define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS, PAGED)                                          \
   do {                                                                                        \
     const fa_ktile &T_ = (T);                                                                 \
+    if (PAGED) {                                                                              \
+      FA_LOAD_PAGED_ROWS(sK + (BUF) * (BN) * SQK, SQK, p.k, gK, DQK, BN, NTHREADS, T_);       \
+      FA_LOAD_PAGED_ROWS(sV + (BUF) * (BN) * SV, SV, p.v, gV, DV, BN, NTHREADS, T_);          \
+      break;                                                                                  \
+    }                                                                                         \
     const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
     FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid,             \
                  r_ < T_.cb - T_.ca &&                                                        \
@@ -155,6 +163,20 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
     FA_LOAD_ROWS(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid,                \
                  r_ < T_.cb - T_.ca &&                                                        \
                      (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
+  } while (0)
+
+/* The paged half of FA_LOAD_KV_TILE: rows of view V (p.k or p.v) through the block
+ * table; G, any valid address, is the source of the zero fills. */
+#define FA_LOAD_PAGED_ROWS(dst, ld, V, G, D, BN, NTHREADS, T_)                                \
+  do {                                                                                        \
+    for (int i_ = tid; i_ < (BN) * ((D) / 8); i_ += (NTHREADS)) {                             \
+      const int r_ = i_ / ((D) / 8), c_ = i_ % ((D) / 8);                                     \
+      int64_t o_ = -1;                                                                        \
+      if (r_ < T_.cb - T_.ca && (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))) \
+        o_ = fa_kv_offset(p, V, b, hk, T_.ca + r_);                                           \
+      fa_cp_async16((dst) + r_ * (ld) + c_ * 8,                                               \
+                    o_ >= 0 ? (const fa_elem *)(V).p + o_ + c_ * 8 : (G), o_ >= 0);           \
+    }                                                                                         \
   } while (0)
 
 /* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A

@@ -64,6 +64,15 @@ typedef struct {
   int64_t num_q_blocks, num_k_blocks;
   int32_t dtype; /* attn_dtype: ATTN_BF16, ATTN_F16 or ATTN_F32 */
   attn_cuda_view q, k, v; /* q [B,sq,Hq,Dqk], k [B,skv,Hkv,Dqk], v [B,skv,Hkv,Dv] */
+  /* A KV cache (the forward only; not with varlen), as attn_kv_cache: kv_used [B] int32,
+   * the global keys batch b attends to (its off = kv_used[b] - seq_q; NULL: seq_kv);
+   * block_table [B, pages_per_seq] int32 (NULL: K/V not paged): local key j of batch b is
+   * row j % page_size of page block_table[b * pages_per_seq + j / page_size] of k and v,
+   * whose sb is then the page stride, and skv == pages_per_seq * page_size. Both are
+   * device arrays the host never reads: a used length outside 0..seq_kv is clamped, and
+   * a table entry outside 0..num_pages - 1 reads as a zero K/V row. */
+  const int32_t *kv_used, *block_table;
+  int64_t pages_per_seq, page_size, num_pages;
 } attn_cuda_problem;
 
 /* Checks that the kernels support p (dtype, head dims, alignment, grid limits) without
@@ -152,7 +161,7 @@ const char *attn_cuda_last_bwd_path(void);
  * ones (definitions in tiles.c: those of the CPU backend, at the CUDA tile shapes), counted
  * on the host from the geometry alone: causal, window, varlen, block mask. backward: the
  * dK/dV kernel's tiles, else the forward's; sm90: the call ran the Hopper kernel.
- * Reads p->cu_seqlens_* and p->block_mask, which must be HOST copies here. */
+ * Reads p->cu_seqlens_*, p->block_mask and p->kv_used, which must be HOST copies here. */
 void attn_cuda_count_tiles(const attn_cuda_problem *p, int backward, int sm90, attn_stats *out);
 /* The tile shape those counts use: query rows x keys of one tile. */
 void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, int *rows,

@@ -124,7 +124,7 @@ static const sm90_set sm90_bwd[] = {
 /* ---- the Hopper kernels: when they are taken -----------------------------------------------
  * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernels) on a compute
  * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
- * sm90 instance for (the tables above), without varlen or a block mask; the forward both
+ * sm90 instance for (the tables above), without varlen, a block mask or a KV cache; the forward both
  * one shot and in block mode (the state-carrying call of the ring: the same conditions,
  * the same kernel); the backward also with a deterministic dQ (ATTN_DETERMINISTIC /
  * deterministic=1: the key CTAs add each dQ tile in their order, through semaphores in the
@@ -143,6 +143,7 @@ static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, 
   else if (attn_cuda__device_cc() != 90) *why = "the device is not compute capability 9.0";
   else if (p->dtype == ATTN_F32) *why = "it takes bf16/f16 only";
   else if (p->num_seqs || p->block_mask) *why = "varlen and block masks run on mma.sync";
+  else if (p->kv_used || p->block_table) *why = "a KV cache runs on mma.sync";
   else {
     for (; set->dqk; set++)
       if (p->Dqk == set->dqk && p->Dv == set->dv) return set->k[p->dtype == ATTN_BF16 ? 0 : 1][p->causal ? 1 : 0];
@@ -329,6 +330,25 @@ static attn_status check_dtype(int dtype) {
   return attn__fail(ATTN_ERR_INVALID_ARG, "dtype=%d is not an attn_dtype", dtype);
 }
 
+/* A KV cache's sizes (its arrays are device memory: the kernels clamp what they read). */
+static attn_status check_cache(const attn_cuda_problem *p) {
+  if ((p->kv_used || p->block_table) && p->num_seqs)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "a KV cache (kv_used / block_table) with varlen (num_seqs=%d): the "
+                      "cuda kernels take a cache on batched problems",
+                      p->num_seqs);
+  if (!p->block_table) return ATTN_OK;
+  if (p->pages_per_seq < 1 || p->page_size < 1 || p->num_pages < 1 ||
+      p->page_size > INT32_MAX / 2 || p->pages_per_seq > INT32_MAX / 2 ||
+      p->pages_per_seq * p->page_size != p->skv)
+    return attn__fail(ATTN_ERR_INVALID_ARG,
+                      "block_table: pages_per_seq=%lld x page_size=%lld must be positive and "
+                      "equal skv=%lld, and num_pages=%lld positive",
+                      (long long)p->pages_per_seq, (long long)p->page_size, (long long)p->skv,
+                      (long long)p->num_pages);
+  return ATTN_OK;
+}
+
 static attn_status check_device(void) {
   const int cc = attn_cuda__device_cc();
   if (cc && cc < 80)
@@ -388,6 +408,7 @@ attn_status attn_cuda_check(const attn_cuda_problem *p) {
                       "block mask sizes block_q=%d block_k=%d num_q_blocks=%lld num_k_blocks=%lld "
                       "must be positive",
                       p->block_q, p->block_k, (long long)p->num_q_blocks, (long long)p->num_k_blocks);
+  ATTN_CHECK(check_cache(p));
   ATTN_CHECK(check_view("q", p->q, p->dtype == ATTN_F32));
   ATTN_CHECK(check_view("k", p->k, p->dtype == ATTN_F32));
   ATTN_CHECK(check_view("v", p->v, p->dtype == ATTN_F32));
@@ -634,6 +655,10 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
                                 int deterministic, void *workspace, size_t workspace_bytes,
                                 void *stream) {
   ATTN_CHECK(attn_cuda_check(p));
+  if (p->kv_used || p->block_table)
+    return attn__fail(ATTN_ERR_UNSUPPORTED,
+                      "a KV cache (kv_used / block_table) is for the forward: the backward "
+                      "takes K/V as [B, skv] rows");
   ATTN_CHECK(check_view("dout", dout, p->dtype == ATTN_F32));
   ATTN_CHECK(check_view("dq", dq, 1));
   ATTN_CHECK(check_view("dk", dk, 1));

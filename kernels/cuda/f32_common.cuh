@@ -53,6 +53,28 @@ FA_DEV const float *f32_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_
                       ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
   } while (0)
 
+/* The same through a KV cache's block table (p.pages): the tile's K and V rows of batch b,
+ * KV head hk (fa_kv_offset; an entry outside the pool as zeros). */
+#define F32_LOAD_PAGED_KV_TILE(p, s, cur, ca, cb, b, hk, sK, sV, Dq, Dv, R0, rows, tid)         \
+  do {                                                                                        \
+    for (int i_ = (tid); i_ < F32_BN * (Dq); i_ += F32_THREADS) {                             \
+      const int r_ = i_ / (Dq), c_ = i_ % (Dq);                                               \
+      int64_t o_ = -1;                                                                        \
+      if (r_ < (cb) - (ca) &&                                                                 \
+          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
+        o_ = fa_kv_offset(p, (p).k, b, hk, (ca) + r_);                                        \
+      (sK)[r_ * ((Dq) + 1) + c_] = o_ >= 0 ? ((const float *)(p).k.p)[o_ + c_] : 0.0f;        \
+    }                                                                                         \
+    for (int i_ = (tid); i_ < F32_BN * (Dv); i_ += F32_THREADS) {                             \
+      const int r_ = i_ / (Dv), c_ = i_ % (Dv);                                               \
+      int64_t o_ = -1;                                                                        \
+      if (r_ < (cb) - (ca) &&                                                                 \
+          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
+        o_ = fa_kv_offset(p, (p).v, b, hk, (ca) + r_);                                        \
+      (sV)[r_ * ((Dv) + 1) + c_] = o_ >= 0 ? ((const float *)(p).v.p)[o_ + c_] : 0.0f;        \
+    }                                                                                         \
+  } while (0)
+
 /* x . y over D columns of two shared-memory rows. */
 FA_DEV float f32_dot(const float *x, const float *y, int D) {
   float acc = 0.0f;

@@ -16,7 +16,9 @@
  * h0 + r % pack, so one K/V tile serves them all, and a decode step's 1-8 query rows per
  * head fill a tile together), and split-KV (p.nsplit CTAs per query tile, each walking its
  * share of the key tiles into a partial state that attn_cuda__split_combine folds into O /
- * LSE or the carried state: enough CTAs for the GPU when query tiles are few). */
+ * LSE or the carried state: enough CTAs for the GPU when query tiles are few). A KV cache
+ * (p.kv_used, p.pages) bounds each batch's keys by its used length (fa_fwd_seg) and loads
+ * K/V rows through the block table (FA_LOAD_KV_TILE's paged form). */
 #include "common.cuh"
 
 #define F_WARPS FA_FWD_WARPS
@@ -44,7 +46,7 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
   if (FA_CAUSAL && !p.table) t = (int)p.ntiles - 1 - t; /* longest rows first */
   fa_tile tile;
   if (!fa_get_tile(p, t, F_BM / pack, (int)p.sq, tile)) return;
-  const fa_seg s = fa_make_seg(p, tile.seg);
+  const fa_seg s = fa_fwd_seg(p, tile.seg, b);
   /* positions R0 .. rlast, rows of pack heads each */
   const int R0 = tile.r0, npos = tile.rows, rlast = R0 + npos - 1;
   const int rows = npos * pack, wr0 = 16 * warp;
@@ -55,13 +57,15 @@ FA_KERNEL(F_THREADS) FA_FN(flash_fwd_)(const fa_params p) {
   if (tid < F_BM) sAlibi[tid] = p.alibi ? p.alibi[h0 + tid % pack] * FA_LOG2E : 0.0f;
 
   const fa_elem *gQ = fa_at(p.q, b, R0, h0);
-  const fa_elem *gK = fa_at(p.k, b, 0, hk);
-  const fa_elem *gV = fa_at(p.v, b, 0, hk);
+  /* K/V rows of the batch (paged: page 0's, the zero fills' source; rows come through
+   * the table) */
+  const fa_elem *gK = fa_at(p.k, p.pages ? 0 : b, 0, hk);
+  const fa_elem *gV = fa_at(p.v, p.pages ? 0 : b, 0, hk);
   FA_LOAD_ROWS_AT(sQ, SQK, gQ, gQ + (int64_t)(r_ / pack) * p.q.ss + (int64_t)(r_ % pack) * p.q.sh,
                   DQK, F_BM, F_THREADS, tid, r_ < rows);
 
   /* K/V rows of keys outside the tile or seen by none of the CTA's rows are zero-filled. */
-#define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS)
+#define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS, p.pages != NULL)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / F_BN - 1;
   int have = q.kc0 < q.kc1 && fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q.lo_last,

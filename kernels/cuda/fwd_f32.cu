@@ -26,7 +26,7 @@ FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
   if (p.causal && !p.table) t = (int)p.ntiles - 1 - t; /* longest rows first */
   fa_tile tile;
   if (!fa_get_tile(p, t, F32_ROWS, (int)p.sq, tile)) return;
-  const fa_seg s = fa_make_seg(p, tile.seg);
+  const fa_seg s = fa_fwd_seg(p, tile.seg, b);
   const int R0 = tile.r0, rows = tile.rows;
   int lo_first, hi_first, lo_last, hi_last;
   fa_row_keys(p, p.causal, s, R0, lo_first, hi_first);
@@ -34,7 +34,7 @@ FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
   const int kc0 = fa_max(lo_first, s.c0), kc1 = fa_min(hi_last + 1, s.c1);
   const f32_qrow q = f32_qrow_make(p, s, R0 + r, r < rows);
   const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
-  const float *gK = f32_at(p.k, b, 0, hk), *gV = f32_at(p.v, b, 0, hk);
+  const float *gK = f32_at(p.k, p.pages ? 0 : b, 0, hk), *gV = f32_at(p.v, p.pages ? 0 : b, 0, hk);
   F32_LOAD_ROWS(sQ, f32_at(p.q, b, R0, h), p.q.ss, Dq, F32_ROWS, tid, r_ < rows);
 
   /* Online-softmax state of row r, log2 units; l_part is this thread's share of l. */
@@ -62,7 +62,10 @@ FA_KERNEL(F32_THREADS) flash_fwd_f32(const fa_params p) {
   while (have) {
     const int ca = cur.ca, cb = cur.cb;
     FA_SYNC(); /* the previous tile's readers are done with sK, sV */
-    F32_LOAD_KV_TILE(p, s, cur, ca, cb, gK, gV, sK, sV, Dq, Dv, R0, rows, tid);
+    if (p.pages)
+      F32_LOAD_PAGED_KV_TILE(p, s, cur, ca, cb, b, hk, sK, sV, Dq, Dv, R0, rows, tid);
+    else
+      F32_LOAD_KV_TILE(p, s, cur, ca, cb, gK, gV, sK, sV, Dq, Dv, R0, rows, tid);
     FA_SYNC();
     float x[F32_NS], mx = m;
     FA_UNROLL

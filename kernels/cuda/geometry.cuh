@@ -24,6 +24,10 @@ struct fa_params {
   int bq, bk;
   int nqb, nkb;
   attn_cuda_view q, k, v;
+  /* a KV cache (the forwards): used keys per batch (NULL: seq_kv), and K/V pages through
+   * the block table (pages NULL: not paged) */
+  const int32_t *kv_used, *pages;
+  int pages_per_b, page_rows, num_pages;
   int hd_qk, hd_v, causal; /* read at run time by the float32 kernels (others: compiled in) */
   /* forward */
   attn_cuda_view o;
@@ -109,6 +113,20 @@ FA_DEV fa_seg fa_make_seg(const fa_params &p, int s) {
   g.len_q = s_qb - s_qa;
   g.len_kv = s_kb - s_ka;
   g.off = g.len_kv - g.len_q;
+  return g;
+}
+
+/* A forward's segment: fa_make_seg, and with a KV cache (never varlen) batch b's keys
+ * below its used length: kv_used[b], clamped to 0..seq_kv, is its len_kv, so causal and
+ * the window align to it. (The backward and the Hopper forward take no cache and keep
+ * fa_make_seg.) */
+FA_DEV fa_seg fa_fwd_seg(const fa_params &p, int s, int b) {
+  fa_seg g = fa_make_seg(p, s);
+  if (p.kv_used) {
+    g.len_kv = fa_min(fa_max(p.kv_used[b], 0), (int)p.seq_kv);
+    g.c1 = fa_min(fa_max(g.len_kv - g.kpos_col0, 0), (int)p.skv);
+    g.off = g.len_kv - g.len_q;
+  }
   return g;
 }
 
@@ -231,6 +249,15 @@ FA_DEV void fa_split_keys(int nsplit, int split, int bn, int &kc0, int &kc1) {
   kc1 = hi > lo ? hi : lo;
 }
 
+/* Element offset of local key j's row of KV head hk in view v (p.k or p.v) of batch b, or
+ * -1 for a block-table entry outside the pool (read as zeros). */
+FA_DEV int64_t fa_kv_offset(const fa_params &p, const attn_cuda_view &v, int b, int hk, int j) {
+  if (!p.pages) return b * v.sb + (int64_t)j * v.ss + hk * v.sh;
+  const int page = p.pages[(int64_t)b * p.pages_per_b + j / p.page_rows];
+  if (page < 0 || page >= p.num_pages) return -1;
+  return (int64_t)page * v.sb + (int64_t)(j % p.page_rows) * v.ss + hk * v.sh;
+}
+
 /* The softcap / ALiBi transform of a raw dot product x = q.k, to log2 units. */
 FA_DEV float fa_score(const fa_params &p, float x, float alibi2, float dist) {
   float s = x * p.sc;
@@ -286,6 +313,13 @@ static inline fa_params fa_params_make(const fa_call *c) {
   p.q = pb->q;
   p.k = pb->k;
   p.v = pb->v;
+  p.kv_used = pb->kv_used;
+  p.pages = pb->block_table;
+  if (p.pages) {
+    p.pages_per_b = (int)pb->pages_per_seq;
+    p.page_rows = (int)pb->page_size;
+    p.num_pages = (int)(pb->num_pages > INT32_MAX ? INT32_MAX : pb->num_pages);
+  }
   p.hd_qk = (int)pb->Dqk;
   p.hd_v = (int)pb->Dv;
   p.causal = pb->causal != 0;

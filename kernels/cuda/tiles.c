@@ -53,7 +53,13 @@ static int64_t cells(int64_t a, int64_t b, int64_t g, int64_t n) {
   return b > a ? floor_div(b - 1 - g, n) - floor_div(a - g, n) + 1 : 0;
 }
 
-static seg make_seg(const attn_cuda_problem *p, int s) {
+/* b >= 0: batch b of a KV cache (kv_used, host), as fa_fwd_seg. */
+static seg make_seg(const attn_cuda_problem *p, int s, int64_t b) {
+  if (!p->num_seqs && b >= 0) {
+    const int64_t used = min64(max64(p->kv_used[b], 0), p->seq_kv);
+    return (seg){0, p->sq, 0, min64(max64(used - p->k_pos0, 0), p->skv), p->q_pos0, p->k_pos0,
+                 used - p->seq_q, p->seq_q, used};
+  }
   if (!p->num_seqs)
     return (seg){0, p->sq, 0, p->skv, p->q_pos0, p->k_pos0, p->seq_kv - p->seq_q, p->seq_q,
                  p->seq_kv};
@@ -152,12 +158,13 @@ static void bwd_tile(counter *c, const seg *s, int64_t K0, int64_t nk) {
 }
 
 /* The segments of the call and their tiles: the query grid (forward) or the key grid of
- * sequences that also have query rows in the call (backward), as state.cu's tile tables. */
-static void walk(counter *c, int backward) {
+ * sequences that also have query rows in the call (backward), as state.cu's tile tables;
+ * b >= 0: those of batch b of a KV cache. */
+static void walk(counter *c, int backward, int64_t b) {
   const attn_cuda_problem *p = c->p;
   const int nseg = p->num_seqs ? p->num_seqs : 1;
   for (int i = 0; i < nseg; i++) {
-    const seg s = make_seg(p, i);
+    const seg s = make_seg(p, i, b);
     if (s.r1 <= s.r0 || (backward && s.c1 <= s.c0)) continue;
     if (!backward)
       for (int64_t r = s.r0; r < s.r1; r += c->rows) fwd_tile(c, &s, r, min64(c->rows, s.r1 - r));
@@ -198,10 +205,15 @@ void attn_cuda_count_tiles(const attn_cuda_problem *p, int backward, int sm90, a
   c.key_aligned_end = sm90 && !backward;
   c.flops_per = backward ? 2.0 * (double)(3 * p->Dqk + 2 * p->Dv) : 2.0 * (double)(p->Dqk + p->Dv);
   if (p->sq < 1 || p->skv < 1) return;
-  walk(&c, backward);
-  /* every (batch, query head) walks the same tiles */
-  const double heads = (double)p->B * (double)p->Hq;
-  out->tiles_computed = c.computed * p->B * p->Hq;
-  out->tiles_skipped = c.skipped * p->B * p->Hq;
-  out->flops_computed = c.flops * heads;
+  /* every query head walks the same tiles, and every batch unless a cache's lengths differ */
+  int64_t copies = p->B;
+  if (p->kv_used && !backward) {
+    for (int64_t b = 0; b < p->B; b++) walk(&c, backward, b);
+    copies = 1;
+  } else {
+    walk(&c, backward, -1);
+  }
+  out->tiles_computed = c.computed * copies * p->Hq;
+  out->tiles_skipped = c.skipped * copies * p->Hq;
+  out->flops_computed = c.flops * (double)copies * (double)p->Hq;
 }

@@ -53,6 +53,20 @@ add_test(NAME cli_emu_stats
                  "-DEXPECT=tiles_computed=12;tiles_skipped=4;flops_computed=50331648;bwd_tiles_computed=24;bwd_tiles_skipped=8;bwd_flops_computed=125829120"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/emu_stats.cmake)
 set_tests_properties(cli_emu_stats PROPERTIES TIMEOUT 300 LABELS emu)
-# A KV cache is cpu-only for now: the cuda backend refuses it with a message, exit 1.
-cli_expect(emu_kv_cache_refused 1 --seq 1 --seq-kv 300 --page-size 16 --check 4 ${EMU_FAST}
-           STDERR "not supported by the cuda backend yet" EXE attnrun_emu_cli LABEL emu)
+# A KV cache on the cuda backend: paged K/V through a shuffled block table, random used
+# lengths (spare pages and rows hold NaN), decode in bf16 (packed GQA, split-KV) and a
+# float32 chunk of prefill with used lengths alone.
+cli_emu(kv_cache_decode --batch 3 --seq 1 --seq-kv 700 --heads 8 --kv-heads 2 --head-dim 128
+        --causal --sinks --page-size 16 --cache-lens random --check 8)
+cli_emu(kv_cache_f32 --dtype f32 --batch 2 --seq 20 --seq-kv 200 --heads 2 --head-dim 64
+        --causal --window 50,0 --alibi --cache-lens 150,9 --check 8)
+# attn_stats of a cache: Hq = 2 (packed: one CTA of both heads), head dim 128, key tiles of
+# 64: batch 0 uses 100 keys (2 tiles), batch 1 200 (4 tiles), the row sees all of them;
+# FLOPs 2*(128+128) per (row, key): 512 * 300 * 2 heads. Nothing past the used keys counts.
+add_test(NAME cli_emu_stats_kv_cache
+         COMMAND ${CMAKE_COMMAND} -DATTNRUN=$<TARGET_FILE:attnrun_emu_cli>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/emu_stats_kv_cache
+                 "-DRUN_ARGS=--batch|2|--seq|1|--seq-kv|320|--heads|2|--kv-heads|1|--head-dim|128|--causal|--page-size|32|--cache-lens|100,200|--check|2|${EMU_FAST}"
+                 "-DEXPECT=tiles_computed=12;tiles_skipped=0;flops_computed=307200" -DTINY=1
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/emu_stats.cmake)
+set_tests_properties(cli_emu_stats_kv_cache PROPERTIES TIMEOUT 300 LABELS emu)

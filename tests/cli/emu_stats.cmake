@@ -2,7 +2,9 @@
 # tiles it computed and skipped and their FLOPs (attn_stats), in the JSON record and as a
 # nonzero TFLOP/s_cmp; the values must equal the counts worked out by hand in emu.cmake.
 #   cmake -DATTNRUN=exe -DWORK=dir -DRUN_ARGS="a|b" -DEXPECT="key=value;key=value"
-#         -P emu_stats.cmake
+#         [-DTINY=1] -P emu_stats.cmake
+# TINY: a problem too small for the table's 4 decimals of TFLOP/s (the JSON's GFLOP/s must
+# still be > 0).
 string(REPLACE "|" ";" run_args "${RUN_ARGS}")
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
@@ -29,7 +31,11 @@ foreach(pair IN LISTS EXPECT)
   message("${key} = ${got} as expected")
 endforeach()
 # The table's TFLOP/s_cmp (the fifth column of the job rows) comes from these counts.
-foreach(pass forward backward)
+set(passes forward backward)
+if(TINY)
+  set(passes "")
+endif()
+foreach(pass IN LISTS passes)
   if(out MATCHES "\n  ${pass} +job +[0-9.]+ +[0-9.]+ +([0-9.]+)")
     if(NOT CMAKE_MATCH_1 GREATER 0)
       message(FATAL_ERROR "${pass}: TFLOP/s_cmp is ${CMAKE_MATCH_1}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """random_sweep.py — attnrun on random problems, each checked against the float64 oracle
 (--check): shapes around the tiles and the row kernels (Sq 1..17, Skv past one key tile),
-every head dim class, GQA/MQA, every mask flag and dtype, one rank and 2-4 ranks (ring,
-tp, split-kv, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an error) or
+every head dim class, GQA/MQA, every mask flag and dtype, a KV cache (paged, random used
+lengths), one rank and 2-4 ranks (ring, tp, split-kv, auto, layouts, the --d-model layer). A run fails when attnrun exits 1 (an error) or
 3 (wrong elements), or outlives its timeout; exit 2 (a refused combination, e.g. heads
 that tp does not divide) is counted, not failed. Each run prints its command, so a
 failure reproduces as it stands; the seed picks the problems.
@@ -58,6 +58,12 @@ def problem(rng, max_ranks, cuda, small):
         f += ["--sparse", rng.choice(["local=1,global=1,block=64", "local=2,stride=3,random=1,block=32"])]
     f += ["--batch", str(batch)]
     ranks = rng.choice([1, 1] + list(range(2, max_ranks + 1)))
+    if ranks == 1 and "--varlen" not in f and rng.random() < 0.2:  # a KV cache: forward only
+        if "--bwd" in f:
+            f.remove("--bwd")
+        if rng.random() < 0.7:
+            f += ["--page-size", str(min(skv, rng.choice([1, 7, 16, 64, 128, 256])))]
+        f += ["--cache-lens", "random"]
     if ranks > 1:
         mode = rng.choice(["ring", "tp", "split-kv", "auto"])
         if mode == "tp" and (hq % ranks or (hkv % ranks and ranks % hkv)) and rng.random() < 0.8:

@@ -294,7 +294,7 @@ if [ "$BENCH_PATH" = auto ]; then
 fi
 # Decode steps (packed GQA, split-KV) against a copy of the same cache bytes, then torch's
 # SDPA on the same shapes: "mode": "decode" records, compare's second table.
-STAGE_NOTE="decode: bf16 d=128, Sq=1, 7 shapes up to 256K cached tokens; planned vs plain vs copy"
+STAGE_NOTE="decode: bf16 d=128, Sq=1, 7 shapes up to 256K cached tokens; planned vs plain vs paged (16-row pages) vs copy"
 stage bench-decode 60 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
 STAGE_NOTE="torch SDPA decode: flash, efficient, cuDNN"
 stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" decode --json "$JSON"
@@ -319,6 +319,8 @@ if [ -n "$SANITIZER" ]; then
   stage memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
   STAGE_NOTE="test_cuda_decode block (packed GQA + split-KV into a carried state)"
   stage memcheck-decode 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" block
+  STAGE_NOTE="test_cuda_decode cache (K/V rows through a shuffled block table)"
+  stage memcheck-cache 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" cache
   STAGE_NOTE="test_cuda_attn quick (shared-memory hazards)"
   stage racecheck 150 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else

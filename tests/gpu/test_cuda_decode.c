@@ -313,17 +313,286 @@ static void check_auto(void) {
   gc_free(&P);
 }
 
+/* ---- a KV cache: used lengths per batch and paged K/V (the mma.sync and float32 forwards) -- */
+/* The oracle and the naive reference of P batch by batch on its first used[b] keys (a
+ * one-batch case over exactly those keys; an empty cache: O = 0, LSE = the sink or -inf),
+ * into P's reference arrays, which gc_check then reads. */
+static void cache_refs(gc_prob *P, const int32_t *used) {
+  const int64_t no = P->Sq * P->Hq * P->Dv, nl = P->Hq * P->Sq, qrow = P->Hq * P->D;
+  const int64_t krow = P->Hkv * P->D, vrow = P->Hkv * P->Dv;
+  P->ro = tu_dalloc(gc_n_o(P));
+  P->rlse = tu_dalloc(gc_n_lse(P));
+  P->no = tu_falloc(gc_n_o(P));
+  P->nlse = tu_falloc(gc_n_lse(P));
+  for (int64_t b = 0; b < P->B; b++) {
+    if (used[b] == 0) {
+      for (int64_t x = 0; x < no; x++) P->ro[b * no + x] = P->no[b * no + x] = 0.0f;
+      for (int64_t x = 0; x < nl; x++) {
+        const double lse = P->sinks ? P->sinks[x / P->Sq] : -INFINITY;
+        P->rlse[b * nl + x] = lse;
+        P->nlse[b * nl + x] = (float)lse;
+      }
+      continue;
+    }
+    gc_case cb = P->c; /* the same seed: the same sinks and slopes */
+    cb.B = 1;
+    cb.Skv = used[b];
+    gc_prob S;
+    gc_init(&S, &cb);
+    memcpy(S.q, P->q + b * P->Sq * qrow, (size_t)(P->Sq * qrow) * 4);
+    memcpy(S.k, P->k + b * P->Skv * krow, (size_t)(used[b] * krow) * 4);
+    memcpy(S.v, P->v + b * P->Skv * vrow, (size_t)(used[b] * vrow) * 4);
+    gc_ref(&S, 0);
+    memcpy(P->ro + b * no, S.ro, (size_t)no * sizeof *S.ro);
+    memcpy(P->rlse + b * nl, S.rlse, (size_t)nl * sizeof *S.rlse);
+    memcpy(P->no + b * no, S.no, (size_t)no * 4);
+    memcpy(P->nlse + b * nl, S.nlse, (size_t)nl * 4);
+    gc_free(&S);
+  }
+}
+
+/* P's K and V as pages of `page` rows in a pool [num_pages][page][Hkv][D] (device, the
+ * dtype), shuffled by seed; spare pages and rows hold NaN (K) and Inf (V), table entries
+ * past a batch's used keys are -1. */
+typedef struct {
+  int64_t page, pps, num_pages;
+  int32_t *table; /* host [B][pps] */
+  void *dk, *dv;  /* device pools */
+} cache_pool;
+
+static void pool_make(cache_pool *pl, const gc_prob *P, const int32_t *used, int64_t page,
+                      uint64_t seed) {
+  const int64_t krow = P->Hkv * P->D, vrow = P->Hkv * P->Dv;
+  const size_t e = gc_elem_bytes(P);
+  pl->page = page;
+  pl->pps = ceil_div(P->Skv, page);
+  pl->num_pages = P->B * pl->pps + 3;
+  const int64_t nk = pl->num_pages * page * krow, nv = pl->num_pages * page * vrow;
+  void *hk = tu_alloc((size_t)nk * e), *hv = tu_alloc((size_t)nv * e);
+  const uint16_t knan = tu_to_bits(NAN, P->c.dtype), vinf = tu_to_bits(INFINITY, P->c.dtype);
+  for (int64_t x = 0; x < nk; x++)
+    if (e == 4) ((float *)hk)[x] = NAN;
+    else ((uint16_t *)hk)[x] = knan;
+  for (int64_t x = 0; x < nv; x++)
+    if (e == 4) ((float *)hv)[x] = INFINITY;
+    else ((uint16_t *)hv)[x] = vinf;
+  int32_t *perm = tu_alloc((size_t)pl->num_pages * sizeof *perm);
+  for (int64_t i = 0; i < pl->num_pages; i++) perm[i] = (int32_t)i;
+  tu_rng r = tu_rng_make(seed);
+  for (int64_t i = pl->num_pages - 1; i > 0; i--) {
+    const int64_t j = tu_randint(&r, 0, i);
+    const int32_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  pl->table = tu_alloc((size_t)(P->B * pl->pps) * sizeof *pl->table);
+  for (int64_t b = 0; b < P->B; b++) {
+    for (int64_t i = 0; i < pl->pps; i++)
+      pl->table[b * pl->pps + i] = i * page < used[b] ? perm[b * pl->pps + i] : -1;
+    for (int64_t j = 0; j < used[b]; j++) {
+      const int64_t row = (int64_t)pl->table[b * pl->pps + j / page] * page + j % page;
+      for (int64_t x = 0; x < krow; x++) {
+        const float k = P->k[(b * P->Skv + j) * krow + x];
+        if (e == 4) ((float *)hk)[row * krow + x] = k;
+        else ((uint16_t *)hk)[row * krow + x] = tu_to_bits(k, P->c.dtype);
+      }
+      for (int64_t x = 0; x < vrow; x++) {
+        const float v = P->v[(b * P->Skv + j) * vrow + x];
+        if (e == 4) ((float *)hv)[row * vrow + x] = v;
+        else ((uint16_t *)hv)[row * vrow + x] = tu_to_bits(v, P->c.dtype);
+      }
+    }
+  }
+  pl->dk = td_alloc((size_t)nk * e);
+  pl->dv = td_alloc((size_t)nv * e);
+  td_upload(pl->dk, hk, (size_t)nk * e);
+  td_upload(pl->dv, hv, (size_t)nv * e);
+  free(hk), free(hv), free(perm);
+}
+
+static void pool_free(cache_pool *pl) {
+  td_free(pl->dk);
+  td_free(pl->dv);
+  free(pl->table);
+}
+
+static int32_t *upload_i32(const int32_t *x, int64_t n) {
+  int32_t *d = td_alloc((size_t)n * 4 + 4);
+  td_upload(d, x, (size_t)n * 4);
+  return d;
+}
+
+/* The problem of pages [p0, p1) of the pool (table device copy of those columns, *dtab). */
+static attn_cuda_problem pool_problem(const gc_prob *P, const cache_pool *pl, const int32_t *dused,
+                                      int64_t p0, int64_t p1, int32_t **dtab) {
+  int32_t *t = tu_alloc((size_t)(P->B * (p1 - p0)) * sizeof *t);
+  for (int64_t b = 0; b < P->B; b++)
+    for (int64_t i = p0; i < p1; i++) t[b * (p1 - p0) + i - p0] = pl->table[b * pl->pps + i];
+  *dtab = upload_i32(t, P->B * (p1 - p0));
+  free(t);
+  attn_cuda_problem pb = P->pb;
+  const int64_t page = pl->page;
+  pb.k = (attn_cuda_view){pl->dk, page * P->Hkv * P->D, P->Hkv * P->D, P->D};
+  pb.v = (attn_cuda_view){pl->dv, page * P->Hkv * P->Dv, P->Hkv * P->Dv, P->Dv};
+  pb.seq_kv = pl->pps * page;
+  pb.k_pos0 = p0 * page;
+  pb.skv = (p1 - p0) * page;
+  pb.kv_used = dused;
+  pb.block_table = *dtab;
+  pb.pages_per_seq = p1 - p0;
+  pb.page_size = page;
+  pb.num_pages = pl->num_pages;
+  return pb;
+}
+
+/* One cache case: used lengths drawn (some full, some empty, some below the queries),
+ * K/V past them poisoned. The contiguous cache (kv_used) and the paged one (block table,
+ * pages of `page` rows), each in the four forms where bf16/f16, against the per-batch
+ * references; paged equals contiguous bitwise (the same tiles, the same arithmetic); then
+ * the paged cache in two block calls (page ranges, the later first) folded into a state. */
+static void cache_case(gc_case c, int64_t page, int splits) {
+  if (!gc_have_dims(&c)) return;
+  c.seed = next_seed++;
+  set_form(PACKED_SPLIT, splits);
+  const int before = tu_failures;
+  gc_prob P;
+  gc_init(&P, &c);
+  int32_t *used = tu_alloc((size_t)P.B * sizeof *used);
+  tu_rng r = tu_rng_make(c.seed * 13 + 5);
+  for (int64_t b = 0; b < P.B; b++) {
+    const int64_t kind = (b + tu_randint(&r, 0, 3)) % 4;
+    used[b] = (int32_t)(kind == 0   ? P.Skv
+                        : kind == 1 ? (b == 1 ? 0 : tu_randint(&r, 1, P.Skv))
+                        : kind == 2 ? tu_randint(&r, 0, P.Sq < P.Skv ? P.Sq : P.Skv)
+                                    : tu_randint(&r, P.Skv / 2, P.Skv));
+  }
+  used[0] = (int32_t)P.Skv; /* a full cache, and an empty one */
+  if (P.B >= 3) used[1] = 0;
+  for (int64_t b = 0; b < P.B; b++)
+    for (int64_t j = used[b]; j < P.Skv; j++) {
+      for (int64_t x = 0; x < P.Hkv * P.D; x++) P.k[(b * P.Skv + j) * P.Hkv * P.D + x] = NAN;
+      for (int64_t x = 0; x < P.Hkv * P.Dv; x++) P.v[(b * P.Skv + j) * P.Hkv * P.Dv + x] = INFINITY;
+    }
+  gc_sync(&P);
+  cache_refs(&P, used);
+  int32_t *dused = upload_i32(used, P.B);
+  cache_pool pl;
+  pool_make(&pl, &P, used, page, c.seed + 7);
+  int32_t *dtab;
+  const attn_cuda_problem contiguous = P.pb, paged = pool_problem(&P, &pl, dused, 0, pl.pps, &dtab);
+  const size_t ws = attn_cuda_workspace_bytes(&paged);
+  if (ws > P.ws_bytes) {
+    td_free(P.d_ws);
+    P.d_ws = td_alloc(ws);
+    P.ws_bytes = ws;
+  }
+  const int nforms = c.dtype == ATTN_F32 ? 1 : NFORMS;
+  for (int f = 0; f < nforms; f++) {
+    gc_out oc = {0}, op = {0};
+    int pc[2], pp[2];
+    set_form(f, splits);
+    P.pb = contiguous;
+    P.pb.kv_used = dused;
+    gc_expect_ok(gc_fwd(&P, &oc), "attn_cuda_fwd (kv_used)", &c);
+    attn_cuda_last_fwd_plan(&pc[0], &pc[1]);
+    if (c.dtype != ATTN_F32) expect_plan(&P.pb, f, splits, &c);
+    gc_check(&P, &oc, 0, form_name[f]);
+    P.pb = paged;
+    gc_expect_ok(gc_fwd(&P, &op), "attn_cuda_fwd (paged)", &c);
+    attn_cuda_last_fwd_plan(&pp[0], &pp[1]);
+    if (c.dtype != ATTN_F32) expect_plan(&P.pb, f, splits, &c);
+    attn_cuda_set_hopper(1); /* which the Hopper forward declines */
+    TU_CHECK(!strcmp(attn_cuda_fwd_path(&P.pb), c.dtype == ATTN_F32 ? "f32" : "mma"),
+             "%s: a cache runs %s", c.name, attn_cuda_fwd_path(&P.pb));
+    attn_cuda_set_hopper(-1);
+    gc_check(&P, &op, 0, form_name[f]);
+    /* the used keys bound both walks alike: the same plan is the same arithmetic */
+    if (pc[0] == pp[0] && pc[1] == pp[1]) {
+      const int64_t bad = count_unequal(oc.o, op.o, gc_n_o(&P)) + count_unequal(oc.lse, op.lse, gc_n_lse(&P));
+      TU_CHECK(bad == 0, "%s (%s): paged vs contiguous: %lld elements of O / LSE differ", c.name,
+               form_name[f], (long long)bad);
+    }
+    gc_out_free(&oc);
+    gc_out_free(&op);
+  }
+  /* block mode: pages [cut, pps) first, then [0, cut), into one state */
+  if (pl.pps >= 2) {
+    const int64_t n = P.B * P.Hq * P.Sq, cut = pl.pps / 2;
+    float *buf = td_alloc((size_t)(n * (2 + P.Dv)) * 4);
+    attn_state st = {buf, buf + n, buf + 2 * n, P.B, P.Hq, P.Sq, P.Dv};
+    gc_expect_ok(attn_cuda_state_init(&st, NULL), "attn_cuda_state_init", &c);
+    const int64_t range[2][2] = {{cut, pl.pps}, {0, cut}};
+    set_form(PACKED_SPLIT, splits);
+    for (int x = 0; x < 2; x++) {
+      int32_t *bt;
+      attn_cuda_problem bp = pool_problem(&P, &pl, dused, range[x][0], range[x][1], &bt);
+      gc_expect_ok(attn_cuda_fwd_block(&bp, &st, P.d_ws, P.ws_bytes, NULL), "attn_cuda_fwd_block (paged)", &c);
+      td_sync();
+      td_free(bt);
+    }
+    gc_out out = {0};
+    P.pb = paged;
+    gc_expect_ok(gc_finalize(&P, &st, &out), "attn_cuda_finalize", &c);
+    gc_check(&P, &out, 0, "paged, two block calls + finalize");
+    gc_out_free(&out);
+    td_free(buf);
+  }
+  /* the backward takes no cache */
+  P.pb = paged;
+  float *g = td_alloc((size_t)gc_n_q(&P) * 4);
+  const attn_status st = attn_cuda_bwd_block(&P.pb, gc_view(&P, P.ddo, P.Sq, P.Hq, P.Dv), P.d_lse,
+                                             P.d_lse, P.Sq, gc_view(&P, g, P.Sq, P.Hq, P.D),
+                                             gc_view(&P, g, P.Skv, P.Hkv, P.D),
+                                             gc_view(&P, g, P.Skv, P.Hkv, P.Dv), 0, P.d_ws,
+                                             P.ws_bytes, NULL);
+  TU_CHECK(st == ATTN_ERR_UNSUPPORTED && strstr(attn_last_error(), "KV cache"),
+           "%s: the backward on a cache gave %s: %s", c.name, attn_status_string(st), attn_last_error());
+  td_free(g);
+  if (tu_failures != before) {
+    fprintf(stderr, "  cache case %s page=%lld used=[", c.name, (long long)page);
+    for (int64_t b = 0; b < P.B; b++) fprintf(stderr, "%s%d", b ? "," : "", used[b]);
+    fprintf(stderr, "]\n");
+  }
+  P.pb = contiguous;
+  td_free(dtab);
+  td_free(dused);
+  pool_free(&pl);
+  free(used);
+  gc_free(&P);
+  attn_cuda_set_decode(-1, -1);
+}
+
+static void check_cache(void) {
+  cache_case((gc_case){.name = "cache decode GQA 4", .B = 4, .Sq = 1, .Skv = E ? 700 : 4000,
+                       .Hq = 8, .Hkv = 2, .D = 128, .dtype = ATTN_BF16}, 16, 3);
+  cache_case((gc_case){.name = "cache speculative causal window alibi softcap sinks", .B = 3,
+                       .Sq = 4, .Skv = E ? 400 : 2500, .Hq = 4, .Hkv = 1, .D = 64, .causal = 1,
+                       .window = 1, .wl = 150, .wr = 0, .alibi = 1, .softcap = 30.0f,
+                       .sinks = 1, .dtype = ATTN_F16}, 64, 4);
+  cache_case((gc_case){.name = "cache chunked prefill causal", .B = 3, .Sq = E ? 70 : 300,
+                       .Skv = E ? 250 : 1000, .Hq = 4, .Hkv = 2, .D = 64, .causal = 1,
+                       .dtype = ATTN_BF16}, 7, 2);
+  cache_case((gc_case){.name = "cache f32", .B = 3, .Sq = 2, .Skv = E ? 200 : 1500, .Hq = 4,
+                       .Hkv = 2, .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_F32}, 32, 1);
+  if (E) return;
+  cache_case((gc_case){.name = "cache decode 256 pages of 256", .B = 2, .Sq = 1, .Skv = 3000,
+                       .Hq = 8, .Hkv = 1, .D = 256, .dtype = ATTN_BF16}, 256, 4);
+  cache_case((gc_case){.name = "cache 192x128 pages of 1", .B = 3, .Sq = 2, .Skv = 600, .Hq = 4,
+                       .Hkv = 2, .D = 192, .Dv = 128, .causal = 1, .dtype = ATTN_F16}, 1, 3);
+}
+
 static void all(void) {
   sweep_decode();
   check_block();
   check_empty();
   check_auto();
+  check_cache();
 }
 
 int main(int argc, char **argv) {
   static const tu_part parts[] = {{"shapes", sweep_decode}, {"block", check_block},
                                   {"empty", check_empty},   {"auto", check_auto},
-                                  {"all", all}};
+                                  {"cache", check_cache},   {"all", all}};
   return gc_run_parts("test_cuda_decode", argc, argv, parts, (int)(sizeof parts / sizeof parts[0]),
                       "all", &E);
 }

@@ -92,7 +92,7 @@ def decode_rows(md):
     rows = {}
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 16 and cells[0].isdigit():
+        if len(cells) == 17 and cells[0].isdigit():
             rows[tuple(cells[:5])] = cells[5:]
     return rows
 
@@ -104,6 +104,7 @@ def compare_decode(tmp):
     recs = [dict(base, impl="attnrun", ms_median=0.05, kv_gbps=2700.0, copy_read_gbps=3000.0,
                  pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, check="ok"),
+            dict(base, impl="attnrun-paged16", ms_median=0.055, pack=4, nsplit=29, check="ok"),
             dict(base, impl="torch-flash", ms_median=0.06),
             dict(base, impl="torch-efficient", ms_median=0.08),
             dict(base, impl="torch-cudnn", error="no kernel"),
@@ -119,12 +120,13 @@ def compare_decode(tmp):
     text = open(md).read()
     d = decode_rows(text)
     row = d.get(("1", "32", "8", "1", "32768"))
-    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, cuDNN error, best torch 0.06/0.05",
+    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, paged 0.0550, cuDNN error, "
+          "best torch 0.06/0.05",
           row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000"
-          and row[5] == "error" and row[7] == "1.20" and row[8] == "2700" and row[9] == "0.90"
-          and row[10] == "ok")
+          and row[3] == "0.0550" and row[6] == "error" and row[8] == "1.20" and row[9] == "2700"
+          and row[10] == "0.90" and row[11] == "ok")
     other = d.get(("8", "32", "8", "1", "32768"))
-    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[7] == "-")
+    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[8] == "-")
     check("the prefill table is still there", ("fwd", "128", "8192", "no") in table(text))
 
 
