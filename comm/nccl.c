@@ -446,13 +446,20 @@ static attn_status nccl_split(attn__comm *c, int color, int key, attn__comm **ou
   ATTN_CHECK(wrap(mchild, 1, m->device, m->compute, c->timeout_s, &nc));
   ncclConfig_t cfg = nonblocking_config();
   ncclComm_t newcomm = NULL;
-  ncclResult_t r = ncclCommSplit(m->comm, color, key, &newcomm, &cfg);
+  /* On a non-blocking parent the split runs like a collective of the parent: newcomm is
+   * written only once the parent's state leaves ncclInProgress (NVIDIA/nccl#1472), so the
+   * parent settles first (timed; a failure or timeout leaves the parent dead), then the
+   * child's own initialisation. */
+  attn_status st = call_done(c, ncclCommSplit(m->comm, color, key, &newcomm, &cfg), "ncclCommSplit");
   impl_of(nc)->comm = newcomm;
-  if (!newcomm) {
+  if (st == ATTN_OK && !newcomm)
+    st = attn__fail(ATTN_ERR_NCCL, "ncclCommSplit succeeded on world rank %d but gave no "
+                    "communicator (color=%d key=%d)", my_world_rank(c), color, key);
+  if (st != ATTN_OK) {
     nccl_destroy(nc);
-    return nccl_fail(c, r == ncclSuccess ? ncclInternalError : r, "ncclCommSplit");
+    return st;
   }
-  ATTN_CHECK(init_wait(nc, r, "ncclCommSplit"));
+  ATTN_CHECK(init_wait(nc, ncclInProgress, "ncclCommSplit"));
   *out = nc;
   return ATTN_OK;
 }

@@ -259,7 +259,7 @@ int main(int argc, char **argv) {
       void *ws = NULL;
       if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
       run_args ra = {fp, {o, sq * sh.Hq * HD, sh.Hq * HD, HD}, lse, ws, ws_bytes, NULL, NULL, 0, stream};
-      CHECK_CUDA(cudaMemset(o, 0xFF, (size_t)nq * 2));
+      CHECK_CUDA(cudaMemsetAsync(o, 0xFF, (size_t)nq * 2, stream)); /* poison, in order */
       run_once(&ra);
       CHECK_CUDA(cudaStreamSynchronize(stream));
       int pack, nsplit;

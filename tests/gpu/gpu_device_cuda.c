@@ -40,8 +40,11 @@ void td_free(void *p) {
   if (p) check(cudaFree(p), "cudaFree");
 }
 
+/* cudaMemcpy from pageable memory and cudaMemset may still be in flight when they return,
+ * and a kernel on a non-blocking stream is not ordered after them: wait for the device. */
 void td_upload(void *dst, const void *src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  check(cudaDeviceSynchronize(), "cudaMemcpy H2D (sync)");
 }
 
 void td_download(void *dst, const void *src, size_t bytes) {
@@ -50,6 +53,7 @@ void td_download(void *dst, const void *src, size_t bytes) {
 
 void td_memset(void *dst, int byte, size_t bytes) {
   check(cudaMemset(dst, byte, bytes), "cudaMemset");
+  check(cudaDeviceSynchronize(), "cudaMemset (sync)");
 }
 
 void td_sync(void) {

@@ -38,11 +38,15 @@ static cudaStream_t stream;
     CHECK(e_ == cudaSuccess, "%s -> %s", #expr, cudaGetErrorString(e_));                  \
   } while (0)
 
+/* On the test's stream, then waited for: the transports run on non-blocking streams, which
+ * a legacy-stream cudaMemset (asynchronous to the host) would race — it zeroed received
+ * blocks on the H200. */
 static void *dev_from(const void *host, size_t bytes) {
   void *d = NULL;
   CUDA_OK(cudaMalloc(&d, bytes ? bytes : 1));
-  if (host && bytes) CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
-  else CUDA_OK(cudaMemset(d, 0, bytes ? bytes : 1));
+  if (host && bytes) CUDA_OK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream));
+  else CUDA_OK(cudaMemsetAsync(d, 0, bytes ? bytes : 1, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
   return d;
 }
 
