@@ -45,6 +45,8 @@ typedef struct {
   uint16_t *q, *k, *v, *o, *dout;
   float *dq, *dk, *dv, *lse, *delta;
   uint16_t *hq, *hk, *hv, *hdo; /* host copies (for the oracle) */
+  void *ws; /* the workspace attn_cuda_workspace_bytes asks (the deterministic dQ's semaphores) */
+  size_t ws_cap;
   cudaStream_t stream;
   cudaEvent_t ev[2];
 } buffers;
@@ -127,10 +129,17 @@ typedef struct {
 static attn_status run_once(const run_args *a) {
   const attn_cuda_problem *pb = a->pb;
   buffers *b = a->b;
+  const size_t need = attn_cuda_workspace_bytes(pb);
+  if (need > b->ws_cap) { /* grows on a shape's first (untimed, validating) call */
+    CHECK_CUDA(cudaStreamSynchronize(b->stream));
+    if (b->ws) CHECK_CUDA(cudaFree(b->ws));
+    CHECK_CUDA(cudaMalloc(&b->ws, need));
+    b->ws_cap = need;
+  }
   /* o, dout [B, N, H, Dv]: the q strides scaled to Dv */
   const int64_t r = pb->Dv, qd = pb->Dqk;
   attn_cuda_view o = {b->o, pb->q.sb / qd * r, pb->q.ss / qd * r, pb->q.sh / qd * r};
-  if (!a->bwd) return attn_cuda_fwd(pb, o, b->lse, pb->sq, NULL, 0, b->stream);
+  if (!a->bwd) return attn_cuda_fwd(pb, o, b->lse, pb->sq, b->ws, b->ws_cap, b->stream);
   attn_cuda_view dout = {b->dout, o.sb, o.ss, o.sh};
   attn_cuda_view dq = {b->dq, pb->q.sb, pb->q.ss, pb->q.sh};
   attn_cuda_view dk = {b->dk, pb->k.sb, pb->k.ss, pb->k.sh};
@@ -140,7 +149,7 @@ static attn_status run_once(const run_args *a) {
   CHECK_CUDA(cudaMemsetAsync(b->dv, 0, (size_t)a->n_q * 4, b->stream));
   attn_status st = attn_cuda_bwd_prepare(pb, o, dout, b->lse, b->delta, NULL, b->stream);
   if (st != ATTN_OK) return st;
-  return attn_cuda_bwd_block(pb, dout, b->lse, b->delta, pb->sq, dq, dk, dv, a->det, NULL, 0,
+  return attn_cuda_bwd_block(pb, dout, b->lse, b->delta, pb->sq, dq, dk, dv, a->det, b->ws, b->ws_cap,
                              b->stream);
 }
 
