@@ -354,7 +354,18 @@ static int fP(int m, int k) { return (m * 3 + k * 13) % 5 - 2; }
 static int fV(int k, int n) { return (k * 9 + n * 7) % 5 - 2; }
 static int fV2(int k, int n) { return (k * 5 + n * 3) % 7 - 3; }
 
-int main(void) {
+/* argv[1]: which kernel runs: tiles (prim_kernel), wide (prim256_kernel), nreg, or all (the
+ * default). On the GPU each runs in a process of its own (three ctests): a fault such as an
+ * illegal instruction poisons the context, and this way it names its kernel and leaves the
+ * other checks standing. */
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : "all";
+  const int all = strcmp(only, "all") == 0, run_tiles = all || strcmp(only, "tiles") == 0,
+            run_wide = all || strcmp(only, "wide") == 0, run_nreg = all || strcmp(only, "nreg") == 0;
+  if (!run_tiles && !run_wide && !run_nreg) {
+    fprintf(stderr, "test_sm90_primitives: argument '%s' is not all, tiles, wide or nreg\n", only);
+    return 2;
+  }
   if (!td_available()) {
     printf("test_sm90_primitives: no CUDA device, skipped\n");
     return 77;
@@ -400,25 +411,37 @@ int main(void) {
 #ifndef ATTN_CUDA_EMULATE
   cudaFuncSetAttribute(prim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 #endif
-  FA_LAUNCH(prim_kernel, dim3(1), dim3(128), smem, NULL, maps, (const uint16_t *)dp, dout);
-  td_sync();
-  FA_LAUNCH(prim256_kernel, dim3(1), dim3(128), smem256, NULL, maps, (const uint16_t *)dp, dout);
-  td_sync();
+  if (run_tiles) {
+    printf("test_sm90_primitives: prim_kernel (TMA, mbarrier, wgmma N=32..128, TMA store)\n");
+    fflush(stdout);
+    FA_LAUNCH(prim_kernel, dim3(1), dim3(128), smem, NULL, maps, (const uint16_t *)dp, dout);
+    td_sync();
+  }
+  if (run_wide) {
+    printf("test_sm90_primitives: prim256_kernel (wgmma N=256 RS, N=192 SS)\n");
+    fflush(stdout);
+    FA_LAUNCH(prim256_kernel, dim3(1), dim3(128), smem256, NULL, maps, (const uint16_t *)dp, dout);
+    td_sync();
+  }
   int *dn = (int *)td_alloc(256 * sizeof(int));
   td_memset(dn, 0, 256 * sizeof(int));
-  FA_LAUNCH(nreg_kernel, dim3(1), dim3(384), 0, NULL, dn);
-  td_sync();
+  if (run_nreg) {
+    printf("test_sm90_primitives: nreg_kernel (setmaxnreg 40 / 232 in 384 threads)\n");
+    fflush(stdout);
+    FA_LAUNCH(nreg_kernel, dim3(1), dim3(384), 0, NULL, dn);
+    td_sync();
+  }
   static prim_out out;
   td_download(&out, dout, sizeof out);
   int nreg[256], bad_nreg = 0;
   td_download(nreg, dn, sizeof nreg);
-  for (int i = 0; i < 256; i++) bad_nreg += nreg[i] != 3 * (i + 128) + 1;
+  for (int i = 0; i < 256 && run_nreg; i++) bad_nreg += nreg[i] != 3 * (i + 128) + 1;
   int fails = 0, bad_box = 0;
-  for (int t = 0; t < 128; t++) bad_box += out.bad_box[t];
+  for (int t = 0; t < 128 && run_tiles; t++) bad_box += out.bad_box[t];
   if (out.no_sm90) printf("FAIL: the kernel ran without sm_90a code\n"), fails++;
   if (bad_box) printf("FAIL: %d TMA box elements not where the 128-byte swizzle puts them\n", bad_box), fails++;
   int bad1 = 0, bad2 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_tiles; m++)
     for (int n = 0; n < N; n++) {
       int s1 = 0, s2 = 1;
       for (int k = 0; k < K; k++) s1 += fA(m, k) * fB(n, k), s2 += fP(m, k) * fV(k, n);
@@ -428,7 +451,7 @@ int main(void) {
         printf("FAIL: RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d2[m * N + n], s2);
     }
   int bad7 = 0, bad8 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_tiles; m++)
     for (int n = 0; n < N; n++) {
       int s7 = 0;
       for (int k = 0; k < K; k++) s7 += fA(m, k) * fV(k, n);
@@ -439,7 +462,7 @@ int main(void) {
     }
   if (bad_nreg) printf("FAIL: %d setmaxnreg consumer outputs wrong\n", bad_nreg);
   int bad9 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_wide; m++)
     for (int n = 0; n < N2; n++) {
       int s9 = 1;
       for (int k = 0; k < K; k++) s9 += fP(m, k) * fV2(k, n);
@@ -447,7 +470,7 @@ int main(void) {
         printf("FAIL: N=256 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d8[m * N2 + n], s9);
     }
   int bad10 = 0, bad11 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_tiles; m++)
     for (int n = 0; n < N; n++) {
       int s10 = 0, s11 = 1;
       for (int k = 0; k < K; k++) s10 += fA(m, k) * fB(32 + n % 32, k), s11 += fA(m, k) * fV(k, n);
@@ -457,7 +480,7 @@ int main(void) {
         printf("FAIL: SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d10[m * N + n], s11);
     }
   int bad12 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_wide; m++)
     for (int n = 0; n < 192; n++) {
       int s12 = 1;
       for (int k = 0; k < K; k++) s12 += fA(m, k) * fV2(k, n);
@@ -465,7 +488,7 @@ int main(void) {
         printf("FAIL: N=192 SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d11[m * 192 + n], s12);
     }
   int bad3 = 0, bad4 = 0, bad6 = 0;
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * run_tiles; m++)
     for (int n = 0; n < 64; n++) {
       int s3 = 0, s4 = 0, s6 = 1;
       for (int k = 0; k < K; k++)
@@ -480,17 +503,20 @@ int main(void) {
   static uint16_t y[(YR + Y_GUARD) * 64];
   td_download(y, dy, sizeof y);
   int bad5 = 0;
-  for (int row = 0; row < YR + Y_GUARD; row++)
+  for (int row = 0; row < (YR + Y_GUARD) * run_tiles; row++)
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
   fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad10 + bad11 + bad12 + bad_nreg;
-  printf("test_sm90_primitives: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, "
-         "N=64 SS K-major %d wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, "
-         "TMA store %d wrong, thread-written operand %d wrong, D as A %d wrong, N=256 RS MN-major %d "
-         "wrong, N=32 SS K-major %d wrong, SS A K-major B MN-major %d wrong, N=192 of those %d wrong, setmaxnreg %d wrong: %s\n",
-         bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad9, bad10, bad11, bad12, bad_nreg,
-         fails ? "FAILED" : "all passed");
+  if (run_tiles)
+    printf("prim_kernel: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, N=64 SS K-major %d "
+           "wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, TMA store %d wrong, "
+           "thread-written operand %d wrong, D as A %d wrong, N=32 SS K-major %d wrong, SS A K-major "
+           "B MN-major %d wrong\n",
+           bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad10, bad11);
+  if (run_wide) printf("prim256_kernel: N=256 RS MN-major %d wrong, N=192 SS A K-major B MN-major %d wrong\n", bad9, bad12);
+  if (run_nreg) printf("nreg_kernel: setmaxnreg %d wrong\n", bad_nreg);
+  printf("test_sm90_primitives (%s): %s\n", only, fails ? "FAILED" : "all passed");
   td_free(dx);
   td_free(da);
   td_free(db);
