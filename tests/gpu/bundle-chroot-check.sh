@@ -75,6 +75,11 @@ if [ ! -x "$FS/opt/cmake-pip/bin/cmake" ]; then
       for t in cmake ctest cpack; do ln -sf /opt/cmake-pip/bin/$t /usr/local/bin/$t; done' >>"$FS.apt.log" 2>&1 ||
     echo "bundle-chroot-check: no pip cmake (see $FS.apt.log); using Debian's" >&2
 fi
+# The device has no /usr/bin/cmake (its cmake is elsewhere on PATH), and the CTest files name
+# the bundle machine's /usr/bin/cmake: hide Debian's so that device-check.sh must cope.
+if [ -x "$FS/opt/cmake-pip/bin/cmake" ]; then
+  for t in cmake ctest cpack; do [ -e "$FS/usr/bin/$t" ] && mv "$FS/usr/bin/$t" "$FS/usr/bin/$t.debian"; done
+fi
 # What the CUDA image provides: the toolkit's runtime, and NCCL from a pip package.
 CUDART=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/x86_64-linux/lib/ -name 'libcudart.so.13*' 2>/dev/null | head -1)
 NCCL=$(find /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ -name 'libnccl.so.2*' 2>/dev/null | head -1)

@@ -4,8 +4,10 @@
 # CUDA part alone from tests/gpu/standalone), the ptxas spill check, every CUDA test
 # (ctest -L gpu, the MPI/NCCL ones included), the benchmark side by side with PyTorch SDPA
 # (flash, cuDNN; the sm90 rows only once the Hopper tests passed), then as the budget
-# allows the generic tests again with ATTN_CUDA_HOPPER=1, compute-sanitizer memcheck
-# and racecheck on small shapes, and random problems through attnrun. Every stage is timed and `timeout`-wrapped; a failing
+# allows the generic tests again on mma.sync (ATTN_CUDA_HOPPER=0; the Hopper kernels are
+# the default on sm_90), compute-sanitizer memcheck and racecheck on small shapes, random
+# problems through attnrun, and Nsight Compute's counters (stall reasons, occupancy,
+# throughput) of the slowest kernels. Every stage is timed and `timeout`-wrapped; a failing
 # stage is recorded and the script goes on. Ends with a summary table.
 #
 # How a GPU session calls it: first, on the CPU machine, `bash tests/gpu/bundle.sh` (builds
@@ -140,12 +142,27 @@ bundle_relocate() {
   done
   echo "$ROOT" >"$BUNDLE/.relocated-from"
 }
+# The CTest files run the bundle machine's cmake (-E env, -P scripts) by its absolute path
+# (CMAKE_COMMAND in the cache). Where that path is not a program here, point them at the
+# cmake on this PATH.
+bundle_cmake() {
+  local was here f
+  was=$(sed -n 's/^CMAKE_COMMAND:INTERNAL=//p' "$BUNDLE/build/CMakeCache.txt" 2>/dev/null | head -1)
+  [ -n "$was" ] || { note "bundle: no CMAKE_COMMAND in the bundle's cache"; return 1; }
+  [ -x "$was" ] && return 0
+  here=$(command -v cmake) || { note "bundle: the CTest files name $was and no cmake is on PATH"; return 1; }
+  note "bundle: $was is not here; the CTest files now run $here"
+  for f in $(grep -rlF --include=CTestTestfile.cmake --include=CMakeCache.txt "$was" "$BUNDLE/build"); do
+    sed -i "s|$was|$here|g" "$f" || return 1
+  done
+}
 # bundle_setup: in this shell (the stages inherit its environment): relocate, compare the
 # sources with those the bundle was built from, set the bundle's library environment.
 bundle_setup() {
   local stale
   . "$BUNDLE/bundle-env.sh" || return 1
   bundle_relocate || return 1
+  bundle_cmake || return 1
   stale=$(cd "$ROOT" && timeout 60 sha256sum -c "$BUNDLE/sources.sha256" 2>/dev/null | grep -cv ': OK$')
   BUNDLE_NOTE="bundle of git $(mf git_sha | cut -c1-12) built $(mf built_utc) for sm_$(mf cuda_arch)"
   if [ "${stale:-0}" != 0 ]; then
@@ -301,28 +318,27 @@ stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
 # ---- 3b. after the benchmarks, as the budget allows ----------------------------------------
-# The generic parts again with the Hopper kernels allowed (ATTN_CUDA_HOPPER=1): on sm_90
-# every one-shot or block-mode d=64/128 bf16/f16 forward of them runs flash_fwd_*_sm90
-# (cuda_hopper_fwd ran it already), every non-deterministic one backward flash_bwd_*_sm90
-# (so did cuda_hopper_bwd); the ring tests run their blocks on the sm90 forward.
-STAGE_NOTE="ATTN_CUDA_HOPPER=1: fwd bwd flags windows empty quick block dims, ring"
-stage tests-hopper 200 env ATTN_CUDA_HOPPER=1 ctest --test-dir "$BUILD" -L gpu -R 'cuda_(fwd|bwd|flags|windows|empty|quick|block|dims)$|cuda_ring' --output-on-failure -j 4 --timeout 180
+# The Hopper kernels are the default on sm_90 (the ctest run above used them wherever
+# dispatch.c takes them); the generic parts again on the mma.sync kernels
+# (ATTN_CUDA_HOPPER=0), which other GPUs and the sm90 fallbacks run.
+STAGE_NOTE="ATTN_CUDA_HOPPER=0: fwd bwd flags windows empty quick block dims, ring on mma.sync"
+stage tests-mma 200 env ATTN_CUDA_HOPPER=0 ctest --test-dir "$BUILD" -L gpu -R 'cuda_(fwd|bwd|flags|windows|empty|quick|block|dims)$|cuda_ring' --output-on-failure -j 4 --timeout 180
 SANITIZER=$(command -v compute-sanitizer || true)
 for c in "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/compute-sanitizer" \
   /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [ -z "$SANITIZER" ] && [ -x "$c" ] && SANITIZER=$c
 done
 if [ -n "$SANITIZER" ]; then
-  STAGE_NOTE="test_cuda_attn quick, ATTN_CUDA_HOPPER=1"
-  stage memcheck-hopper 150 env ATTN_CUDA_HOPPER=1 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
-  STAGE_NOTE="test_cuda_attn quick"
-  stage memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_attn quick (the Hopper kernels, the default on sm_90)"
+  stage memcheck-hopper 150 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_attn quick, ATTN_CUDA_HOPPER=0 (mma.sync)"
+  stage memcheck 150 env ATTN_CUDA_HOPPER=0 "$SANITIZER" --tool memcheck --error-exitcode 1 "$TEST_BIN" quick
   STAGE_NOTE="test_cuda_decode block (packed GQA + split-KV into a carried state)"
   stage memcheck-decode 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" block
   STAGE_NOTE="test_cuda_decode cache (K/V rows through a shuffled block table)"
   stage memcheck-cache 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" cache
-  STAGE_NOTE="test_cuda_attn quick (shared-memory hazards)"
-  stage racecheck 150 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_attn quick (shared-memory hazards; on mma.sync, as it passed on 2026-12-04)"
+  stage racecheck 150 env ATTN_CUDA_HOPPER=0 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
@@ -331,6 +347,31 @@ fi
 STAGE_NOTE="random_sweep.py, seed = day of the year, 1 rank"
 stage random 75 python3 "$ROOT/tests/cli/random_sweep.py" --attnrun "$BUILD/launch/attnrun" --backend cuda \
   --max-ranks 1 --count 200 --seconds 50 --timeout 20 --seed "$((10#$(date +%j)))"
+
+# Hardware counters of the kernels furthest from their targets (ncu, --clock-control none as
+# the device notes ask; one launch each, d=128 bf16 N=8K non-causal, the bench's validating
+# call): the mma.sync forward (0.17x cuDNN on 2026-12-04), the sm90 backward (0.36x) and the
+# mma.sync dK/dV kernel. Reports in ncu-<name>.txt and the log.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+profile() { # profile NAME KERNEL BENCH-ARGS...
+  local name=$1 kernel=$2
+  shift 2
+  "$NCU" --clock-control none -k "$kernel" -c 1 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    "$BENCH_BIN" --n 8192 --hd 128 --reps 1 --warmup 0 "$@" 2>&1 | tee "$DEST/ncu-$name.txt"
+  return "${PIPESTATUS[0]}"
+}
+if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
+  for spec in "mma-fwd flash_fwd_hd128_bf16 --path mma --no-bwd" \
+    "sm90-bwd flash_bwd_hd128_bf16_sm90 --path sm90" "mma-dkdv flash_dkdv_hd128_bf16 --path mma"; do
+    read -r pname pkernel _ <<<"$spec"
+    STAGE_NOTE="ncu: $pkernel (ncu-$pname.txt)"
+    stage "ncu-$pname" 60 bash -c "$(declare -f profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' profile $spec"
+  done
+else
+  S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")
+fi
 
 # ---- 4. summary ---------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))
