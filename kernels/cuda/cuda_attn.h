@@ -128,7 +128,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
 
 /* The Hopper forward and backward (sm_90a: TMA, wgmma, warp specialisation): mode 1 allows
  * them, 0 keeps every forward and backward on the mma.sync kernels, -1 (the start) follows ATTN_CUDA_HOPPER (default
- * 0). For tests and benchmarks that compare the two in one process. */
+ * 1 on hardware, 0 on the emulator). For tests and benchmarks that compare the two in one process. */
 void attn_cuda_set_hopper(int mode);
 /* The kernel family attn_cuda_fwd or attn_cuda_fwd_block would pick for p now: "sm90",
  * "mma", "f32" or "none".

@@ -122,7 +122,8 @@ static const sm90_set sm90_bwd[] = {
     {0, 0, {{NULL, NULL}, {NULL, NULL}}}};
 
 /* ---- the Hopper kernels: when they are taken -----------------------------------------------
- * ATTN_CUDA_HOPPER=1 (default 0 until a GPU run has verified the kernels) on a compute
+ * ATTN_CUDA_HOPPER=1 (the default on hardware since the H200 run of 2026-12-04 verified the
+ * kernels; 0 on the emulator: attn_cuda__hopper_default) on a compute
  * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
  * sm90 instance for (the tables above), without varlen, a block mask or a KV cache; the forward both
  * one shot and in block mode (the state-carrying call of the ring: the same conditions,
@@ -137,7 +138,7 @@ void attn_cuda_set_hopper(int mode) { hopper_override = mode < 0 ? -1 : mode != 
 
 /* The launcher of set for p, or NULL with *why saying what rules it out. */
 static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, const char **why) {
-  const int on = hopper_override >= 0 ? hopper_override : (int)ATTN_PARAM("CUDA_HOPPER", 0);
+  const int on = hopper_override >= 0 ? hopper_override : (int)ATTN_PARAM("CUDA_HOPPER", attn_cuda__hopper_default());
   if (!on) *why = "ATTN_CUDA_HOPPER=0";
   else if (!set[0].dqk) *why = "this build has no sm_90a kernels for this direction";
   else if (attn_cuda__device_cc() != 90) *why = "the device is not compute capability 9.0";

@@ -82,6 +82,9 @@ int attn_cuda__bwd_prepare(const attn_cuda_problem *p, attn_cuda_view o, attn_cu
 const char *attn_cuda__error_string(int err);
 /* Compute capability of the current device as 10*major + minor; 0 when unknown. */
 int attn_cuda__device_cc(void);
+/* ATTN_CUDA_HOPPER's default: 1 on hardware (the H200 run of 2026-12-04 passed every sm90
+ * test), 0 on the emulator, whose sm90 model is slow (its Hopper tests opt in). */
+int attn_cuda__hopper_default(void);
 /* Streaming multiprocessors of the current device; 0 when unknown. */
 int attn_cuda__device_sms(void);
 

@@ -323,6 +323,14 @@ extern "C" int attn_cuda__device_cc(void) {
 #endif
 }
 
+extern "C" int attn_cuda__hopper_default(void) {
+#ifndef ATTN_CUDA_EMULATE
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 /* The emulator's "device" has 16 SMs: enough that small test shapes split their keys. */
 extern "C" int attn_cuda__device_sms(void) {
 #ifndef ATTN_CUDA_EMULATE

@@ -36,6 +36,7 @@ static float *rand_pair(size_t n, unsigned seed, uint16_t **dev) {
   }
   cudaMalloc((void **)dev, n * sizeof(uint16_t));
   cudaMemcpy(*dev, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize(); /* pageable H2D may still be in flight (see dev_fill) */
   free(b);
   return h;
 }
@@ -45,6 +46,7 @@ static float *dev_copy(const float *h, size_t n) {
   float *d = NULL;
   cudaMalloc((void **)&d, n * sizeof(float));
   cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
   return d;
 }
 
@@ -225,6 +227,7 @@ static void *dev_fill(size_t bytes, const void *host) {
   cudaMalloc(&d, bytes ? bytes : 1);
   if (host) cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice);
   else cudaMemset(d, 0, bytes);
+  cudaDeviceSynchronize(); /* both may still be in flight; our streams do not wait for them */
   return d;
 }
 
@@ -290,12 +293,12 @@ static void stats_case_run(attn_ctx_t ctx, const stats_case *c) {
   } else {
     st = attn_bwd_block(ctx, &sp, &tq, &tk, &tv, &tdo, lse, delta, c->sq, &tdq, &tdk, &tdv, &pos);
   }
-  /* ATTN_CUDA_HOPPER=1 (meant for an sm_90 device with the 90a build): bf16 one-shot
-   * forwards and non-deterministic backwards (blocks too) without varlen or mask run the
-   * Hopper kernels. */
-  const char *hop = getenv("ATTN_CUDA_HOPPER"), *det = getenv("ATTN_DETERMINISTIC");
-  int sm90 = hop && !strcmp(hop, "1") && !c->f32 && !c->nseq && !c->bq &&
-             (c->backward ? !(det && !strcmp(det, "1")) : !block);
+  /* The tile counts follow the kernel family that ran (the Hopper kernels' tiles differ):
+   * the dispatcher's record of this call, which must agree with the rules (bf16 without
+   * varlen or a block mask, where the Hopper kernels are on by default on sm_90). */
+  const char *ran = c->f32 ? "f32" : c->backward ? attn_cuda_last_bwd_path() : attn_cuda_last_fwd_path();
+  int sm90 = !strcmp(ran, "sm90");
+  EXPECT(!sm90 || (!c->nseq && !c->bq), "%s: ran sm90 with varlen or a block mask", c->name);
   /* a bf16 forward that packed its GQA group ran mma.sync (kernels/cuda/README.md, "Decode") */
   int pack = 1, nsplit = 1;
   if (!c->backward && !c->f32) attn_cuda_last_fwd_plan(&pack, &nsplit);
@@ -424,6 +427,7 @@ int main(void) {
     attn_tensor gdk = dev_tensor(dgk, ATTN_F32, B, S, Hkv, D);
     attn_tensor gdv = dev_tensor(dgv, ATTN_F32, B, S, Hkv, D);
     cudaMemset(do16, 0xff, nq * 2); /* poison */
+    cudaDeviceSynchronize();
     EXPECT(attn_fwd(gpu, &sp, &gq_, &gk_, &gv_, &go_, dlse) == ATTN_OK, "cuda fwd");
     EXPECT(attn_bwd(gpu, &sp, &gq_, &gk_, &gv_, &go_, dlse, &gdo, &gdq, &gdk, &gdv, NULL) ==
                ATTN_OK,
@@ -443,6 +447,7 @@ int main(void) {
     float *fdo = dev_copy(dout, nq), *fo = NULL;
     cudaMalloc((void **)&fo, nq * 4);
     cudaMemset(fo, 0xff, nq * 4); /* poison */
+    cudaDeviceSynchronize();
     attn_tensor fq_ = dev_tensor(fq, ATTN_F32, B, S, H, D), fk_ = dev_tensor(fk, ATTN_F32, B, S, Hkv, D);
     attn_tensor fv_ = dev_tensor(fv, ATTN_F32, B, S, Hkv, D), fo_ = dev_tensor(fo, ATTN_F32, B, S, H, D);
     attn_tensor fdo_ = dev_tensor(fdo, ATTN_F32, B, S, H, D);
