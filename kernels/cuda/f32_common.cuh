@@ -53,26 +53,26 @@ FA_DEV const float *f32_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_
                       ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
   } while (0)
 
-/* The same through a KV cache's block table (p.pages): the tile's K and V rows of batch b,
- * KV head hk (fa_kv_offset; an entry outside the pool as zeros). */
+/* One side (view: (p).k or (p).v) of a paged tile: rows [ca, cb) of batch b, KV head hk,
+ * through the block table (fa_kv_offset; an entry outside the pool as zeros) into
+ * sX [F32_BN][D+1]; zeros where F32_LOAD_KV_TILE puts them. */
+#define F32_LOAD_PAGED_ROWS(p, view, s, cur, ca, cb, b, hk, sX, D, R0, rows, tid)             \
+  do {                                                                                        \
+    for (int i_ = (tid); i_ < F32_BN * (D); i_ += F32_THREADS) {                              \
+      const int r_ = i_ / (D), c_ = i_ % (D);                                                 \
+      int64_t o_ = -1;                                                                        \
+      if (r_ < (cb) - (ca) &&                                                                 \
+          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
+        o_ = fa_kv_offset(p, view, b, hk, (ca) + r_);                                         \
+      (sX)[r_ * ((D) + 1) + c_] = o_ >= 0 ? ((const float *)(view).p)[o_ + c_] : 0.0f;        \
+    }                                                                                         \
+  } while (0)
+
+/* F32_LOAD_KV_TILE through a KV cache's block table (p.pages). */
 #define F32_LOAD_PAGED_KV_TILE(p, s, cur, ca, cb, b, hk, sK, sV, Dq, Dv, R0, rows, tid)         \
   do {                                                                                        \
-    for (int i_ = (tid); i_ < F32_BN * (Dq); i_ += F32_THREADS) {                             \
-      const int r_ = i_ / (Dq), c_ = i_ % (Dq);                                               \
-      int64_t o_ = -1;                                                                        \
-      if (r_ < (cb) - (ca) &&                                                                 \
-          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
-        o_ = fa_kv_offset(p, (p).k, b, hk, (ca) + r_);                                        \
-      (sK)[r_ * ((Dq) + 1) + c_] = o_ >= 0 ? ((const float *)(p).k.p)[o_ + c_] : 0.0f;        \
-    }                                                                                         \
-    for (int i_ = (tid); i_ < F32_BN * (Dv); i_ += F32_THREADS) {                             \
-      const int r_ = i_ / (Dv), c_ = i_ % (Dv);                                               \
-      int64_t o_ = -1;                                                                        \
-      if (r_ < (cb) - (ca) &&                                                                 \
-          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
-        o_ = fa_kv_offset(p, (p).v, b, hk, (ca) + r_);                                        \
-      (sV)[r_ * ((Dv) + 1) + c_] = o_ >= 0 ? ((const float *)(p).v.p)[o_ + c_] : 0.0f;        \
-    }                                                                                         \
+    F32_LOAD_PAGED_ROWS(p, (p).k, s, cur, ca, cb, b, hk, sK, Dq, R0, rows, tid);              \
+    F32_LOAD_PAGED_ROWS(p, (p).v, s, cur, ca, cb, b, hk, sV, Dv, R0, rows, tid);              \
   } while (0)
 
 /* x . y over D columns of two shared-memory rows. */
