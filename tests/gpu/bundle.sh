@@ -84,7 +84,11 @@ build() {
   attn_sysroot_pkgconfig_env "$STAGE"
   mapfile -t args < <(attn_sysroot_cmake_args "$STAGE" "$pc")
   say "configure $BUILD (CUDA $ARCH, Release, against $STAGE)"
+  # -U: pkg_check_modules keeps an earlier answer (__pkg_config_checked_*); a configure of
+  # this tree outside bundle.sh (a plain `cmake --build` that re-ran it) would have found the
+  # machine's own OpenBLAS, which the GPU image lacks. Ask the staged root again each time.
   timeout 600 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA=ON \
+    -U '__pkg_config_checked_*' -U 'OPENBLAS_*' -U 'pkgcfg_lib_*' \
     "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DATTN_CUDA_EMULATOR=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
     "-DMPIEXEC_EXECUTABLE=$OUTB/bin/mpiexec" "${args[@]}" >"$CACHE/configure.log" 2>&1 ||
     { tail -30 "$CACHE/configure.log"; die "configure failed (log: $CACHE/configure.log)"; }
