@@ -16,7 +16,8 @@
  * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
  * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqtma" under ATTN_SM90_DQ=1, the backward's
- * TMA reduce-add dQ).
+ * TMA reduce-add dQ); mma records "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the
+ * mma.sync forward's 4-warp kernel).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -264,6 +265,9 @@ int main(int argc, char **argv) {
    * records when it is the TMA reduce-add, so both modes can sit in one file */
   const char *dq = getenv("ATTN_SM90_DQ");
   const char *impl90 = dq && atoi(dq) == 1 ? "attnrun-sm90-dqtma" : "attnrun-sm90";
+  /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4") */
+  const char *fw = getenv("ATTN_CUDA_FWD_WARPS");
+  const char *impl_mma = fw && atoi(fw) == 4 ? "attnrun-mma4" : "attnrun";
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)
@@ -357,7 +361,7 @@ int main(int argc, char **argv) {
                       "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
                       "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
                       "\"git\": \"%s\", \"date\": \"%s\"}\n",
-                      sm90 ? impl90 : "attnrun", pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
+                      sm90 ? impl90 : impl_mma, pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
                       (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
                       prop.name, BENCH_GIT_SHA, date);
           }

@@ -241,10 +241,10 @@ def compare(args):
                 continue
             key = (r["pass"], dims(r), r["N"], r["causal"])
             rows.setdefault(key, {})[r["impl"]] = r
-    impls = ["attnrun", "attnrun-sm90", "torch-flash", "torch-cudnn"]
-    lines = ["| pass | hd | N | causal | attnrun TFLOP/s | attnrun sm90 | torch flash | torch cuDNN "
-             "| attnrun / best torch | sm90 / best torch | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    impls = ["attnrun", "attnrun-mma4", "attnrun-sm90", "torch-flash", "torch-cudnn"]
+    lines = ["| pass | hd | N | causal | attnrun TFLOP/s | attnrun mma 4-warp | attnrun sm90 | torch flash "
+             "| torch cuDNN | attnrun / best torch | sm90 / best torch | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows, key=lambda k: (k[0] != "fwd", -k[1][0], -k[1][1], k[2], k[3])):
         r = rows[key]
 
@@ -258,7 +258,7 @@ def compare(args):
         hop = tf("attnrun-sm90")
         ratio90 = f"{hop / best:.2f}" if hop is not None and best else "-"
         cells = [f"{tf(i):.1f}" if tf(i) is not None else ("error" if i in r else "-") for i in impls]
-        check = "/".join(r[i].get("check", "-") for i in ("attnrun", "attnrun-sm90") if i in r) or "-"
+        check = "/".join(r[i].get("check", "-") for i in ("attnrun", "attnrun-mma4", "attnrun-sm90") if i in r) or "-"
         lines.append(f"| {key[0]} | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
                      + " | ".join(cells) + f" | {ratio} | {ratio90} | {check} |")
     # deterministic backward rows, each against the same kernels' atomic-dQ row

@@ -461,6 +461,7 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   const int aligned = ws && (uintptr_t)ws % 16 == 0;
   c->pack = pl.pack;
   c->nsplit = 1;
+  c->fwd_warps = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4 ? 4 : 8;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
     c->dq_sem_bytes = (size_t)fixed;

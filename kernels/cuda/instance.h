@@ -28,6 +28,7 @@ typedef struct {
   /* the forward's decode forms (0 or 1: off): query heads packed per CTA (GQA), CTAs per
    * query tile splitting its keys, and their partial states in the workspace */
   int pack, nsplit;
+  int fwd_warps; /* 4: the 4-warp forward where it applies (ATTN_CUDA_FWD_WARPS), else 8 */
   float *part;
   void *stream;
 } fa_call;

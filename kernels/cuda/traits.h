@@ -23,6 +23,10 @@
  *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
  *   dq     256       4     64 x 32                 132 KB  252/254  dQ 128, S 16, dP 16
  *
+ * The forward also has a 4-warp kernel (64 x 64 tiles, 2 CTAs an SM; fwd_kernel.cuh built
+ * twice) at head dims up to 128, taken under ATTN_CUDA_FWD_WARPS=4 without packing or a
+ * split: 255 registers (sm_80, sm_90a), no spills, 54 KB of shared memory at d = 128.
+ *
  * (The forward's figures include its decode forms, packed GQA and split-KV: +0.5 KB of
  * shared memory for per-row ALiBi slopes, and the row-to-position mapping.)
  *
@@ -57,6 +61,10 @@
 
 #define FA_FWD_WARPS 8
 #define FA_FWD_BM (16 * FA_FWD_WARPS) /* query rows per CTA */
+/* A second forward kernel of 4 warps (64 rows, two CTAs an SM) at head dims up to 128,
+ * ATTN_CUDA_FWD_WARPS=4: an experiment against the 8-warp kernel's one CTA an SM, whose
+ * warps meet at every tile's barrier (all in softmax at once, the tensor cores idle). */
+#define FA_FWD_W4(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are
