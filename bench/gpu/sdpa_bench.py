@@ -269,9 +269,9 @@ def compare(args):
         base = rows.get(("bwd", dims(r), r["N"], r["causal"]), {}).get(impl, {}).get("tflops")
         label = "bwd deterministic" + (" (sm90)" if impl.startswith("attnrun-sm90") else "")
         lines.append(f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-                     f"{r['tflops']:.1f} | - | - | - | {r['tflops'] / base:.2f} of atomic dQ | - |" if base else
+                     f"{r['tflops']:.1f} | - | - | - | - | {r['tflops'] / base:.2f} of atomic dQ | - |" if base else
                      f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-                     f"{r['tflops']:.1f} | - | - | - | - | - |")
+                     f"{r['tflops']:.1f} | - | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
     # the sm90 backward's TMA reduce-add dQ (ATTN_SM90_DQ=1) against its atomics (the default)
     for key in sorted(rows, key=lambda k: (-k[1][0], k[2], k[3])):
@@ -281,7 +281,7 @@ def compare(args):
         t, base = r[name]["tflops"], r.get("attnrun-sm90", {}).get("tflops")
         rel = f"{t / base:.2f} of atomic dQ" if base else "-"
         lines.append(f"| bwd sm90 dQ by TMA | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
-                     f"- | {t:.1f} | - | - | - | {rel} | {r[name].get('check', '-')} |")
+                     f"- | - | {t:.1f} | - | - | - | {rel} | {r[name].get('check', '-')} |")
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"
             + "\n".join(lines) + "\n")

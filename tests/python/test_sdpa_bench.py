@@ -51,6 +51,7 @@ def table(md):
 def compare_synthetic(tmp):
     print("compare on synthetic records")
     recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok"),
+            rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
             rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
             rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
@@ -71,18 +72,19 @@ def compare_synthetic(tmp):
         return
     t = table(open(md).read())
     fwd = t.get(("fwd", "128", "8192", "no"))
-    check("fwd row: attnrun / best torch = 400/600, sm90 660/600",
-          fwd is not None and fwd[4] == "0.67" and fwd[5] == "1.10" and fwd[0] == "400.0")
+    check("fwd row: attnrun / best torch = 400/600, sm90 660/600, 4-warp mma 480",
+          fwd is not None and fwd[5] == "0.67" and fwd[6] == "1.10" and fwd[0] == "400.0"
+          and fwd[1] == "480.0" and fwd[7] == "ok/ok/ok")
     bwd = t.get(("bwd", "64", "4096", "yes"))
     check("bwd row: cuDNN error shown, ratio to flash 150/300",
-          bwd is not None and bwd[3] == "error" and bwd[4] == "0.50" and bwd[5] == "0.80")
+          bwd is not None and bwd[4] == "error" and bwd[5] == "0.50" and bwd[6] == "0.80")
     det = t.get(("bwd deterministic", "64", "4096", "yes"))
     det90 = t.get(("bwd deterministic (sm90)", "64", "4096", "yes"))
     check("deterministic rows against their own atomic rows (120/150, 180/240)",
-          det is not None and "0.80 of atomic dQ" in det[4] and
-          det90 is not None and "0.75 of atomic dQ" in det90[4])
+          det is not None and "0.80 of atomic dQ" in det[5] and
+          det90 is not None and "0.75 of atomic dQ" in det90[5])
     tma = t.get(("bwd sm90 dQ by TMA", "64", "4096", "yes"))
-    check("TMA dQ row against sm90 atomics (264/240)", tma is not None and "1.10 of atomic dQ" in tma[5])
+    check("TMA dQ row against sm90 atomics (264/240)", tma is not None and "1.10 of atomic dQ" in tma[6])
     check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
     check("the device is named", "Test GPU" in p.stdout)
 
