@@ -31,9 +31,6 @@
 #define F_NAME FA_FN(flash_fwd_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
-#undef F_WARPS
-#undef F_NAME
-#undef F_KERNEL_DECL
 #if FA_FWD_W4(DQK, DV)
 /* The 4-warp kernel (64 rows, two CTAs an SM: one CTA's softmax overlaps the other's
  * mma), ATTN_CUDA_FWD_WARPS=4, without the decode forms (pack, split). */
@@ -41,9 +38,6 @@
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
-#undef F_WARPS
-#undef F_NAME
-#undef F_KERNEL_DECL
 #endif
 
 

@@ -1,6 +1,6 @@
 /* fwd_kernel.cuh — the body of the mma.sync flash forward kernel (see fwd_body.cuh, which
  * includes it once per CTA shape): F_WARPS warps of 16 query rows each, named F_NAME,
- * declared by F_KERNEL_DECL. */
+ * declared by F_KERNEL_DECL (all three undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS)
 F_KERNEL_DECL F_NAME(const fa_params p) {
@@ -180,3 +180,6 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 
 #undef F_THREADS
 #undef F_BM
+#undef F_WARPS
+#undef F_NAME
+#undef F_KERNEL_DECL
