@@ -191,23 +191,17 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
           fa_mma(DP[n + 1], va, bf[2], bf[3]);
         }
       }
-      const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
-      FA_UNROLL
-      for (int n = 0; n < B_BM / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int i = e >> 1, c = n * 8 + 2 * tg + (e & 1);
-          float dcap;
-          const float x = fa_score_grad(p, ST[n][e], alibi2, fabsf((float)(kdist0[i] + qa + c)), dcap);
-          int vis = 1;
-          if (mode == 2) {
-            vis = qa + c >= klo[i] && qa + c <= khi[i];
-            if (vis && p.bm) vis = fa_bm_at(p, (qa + c + s.qpos_row0) / p.bq, kblk[i]);
-          }
-          const float pr = vis ? exp2f(x - lb[c] * FA_LOG2E) : 0.0f;
-          ST[n][e] = pr;
-          DP[n][e] = pr != 0.0f ? pr * (DP[n][e] - db[c]) * p.dscale * dcap : 0.0f;
-        }
+      /* P^T and dS^T (keys x query columns c: LSE and delta by column) */
+      {
+        const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f, slope[2] = {alibi2, alibi2};
+        const int base[2] = {-(kdist0[0] + qa), -(kdist0[1] + qa)};
+        fa_probs_tile<B_BM / 2, 1>(p, &ST[0][0], &DP[0][0], lb, db, FA_LOG2E, slope, base, tg,
+                                   mode == 1, [&](int i, int c) {
+                                     int vis = qa + c >= klo[i] && qa + c <= khi[i];
+                                     if (vis && p.bm) vis = fa_bm_at(p, (qa + c + s.qpos_row0) / p.bq, kblk[i]);
+                                     return vis;
+                                   });
+      }
       /* dV += P^T dO, dK += dS^T Q: A from the registers, B by ldmatrix.trans. */
       FA_UNROLL
       for (int kc = 0; kc < B_BM / 16; kc++) {
@@ -388,20 +382,21 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
           fa_mma(P[n + 1], oa, bf[2], bf[3]);
         }
       }
-      const float base[2] = {(float)(q.ipos[0] - ca), (float)(q.ipos[1] - ca)};
-      FA_UNROLL
-      for (int n = 0; n < Q_BN / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int i = e >> 1, j = n * 8 + 2 * tg + (e & 1);
-          float dcap;
-          const float x = fa_score_grad(p, S[n][e], alibi2, fabsf(base[i] - (float)j), dcap);
-          const int vis = mode == 1 || fa_qvisible(p, s, q, i, ca, cb, j);
-          const float pr = vis ? exp2f(x - lse2[i]) : 0.0f;
-          S[n][e] = pr != 0.0f ? pr * (P[n][e] - dlt[i]) * p.dscale * dcap : 0.0f; /* dS */
-        }
+      /* P (into S, unused after) and dS (into P, which held dP): query rows, so LSE and
+       * delta by row */
+      {
+        const int base[2] = {q.ipos[0] - ca, q.ipos[1] - ca};
+        const float slope[2] = {alibi2, alibi2};
+        fa_probs_tile<Q_BN / 2, 0>(p, &S[0][0], &P[0][0], lse2, dlt, 1.0f, slope, base, tg,
+                                   mode == 1, [&](int i, int j) {
+                                     const int key = ca + j;
+                                     int vis = key >= q.lo_r[i] && key <= q.hi_r[i] && key < cb;
+                                     if (vis && p.bm) vis = fa_bm_at(p, q.qblk[i], (key + s.kpos_col0) / p.bk);
+                                     return vis;
+                                   });
+      }
       /* dQ += dS K: dS from the registers, K by ldmatrix.trans. */
-      FA_MMA_SCORES_SMEM(dQ, S, Q_BN, DQK, kb, SQK);
+      FA_MMA_SCORES_SMEM(dQ, P, Q_BN, DQK, kb, SQK);
     }
     cur = nxt;
     have = have_next;

@@ -180,19 +180,12 @@ template <int NB>
 FA_DEV void g_probs(float *ST, float *DP, const fa_params &p, int mode, int h, int qa, int c0,
                     const float *lb, const float *db, const int klo[2], const int khi[2],
                     const int kdist[2], int tg) {
-  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
-  FA_UNROLL
-  for (int n = 0; n < NB; n++)
-    FA_UNROLL
-    for (int e = 0; e < 4; e++) {
-      const int i = e >> 1, c = c0 + n * 8 + 2 * tg + (e & 1), q = qa + c;
-      float dcap;
-      const float x = fa_score_grad(p, ST[4 * n + e], alibi2, fabsf((float)(kdist[i] + q)), dcap);
-      const int vis = mode == 1 || (q >= klo[i] && q <= khi[i]);
-      const float pr = vis ? exp2f(x - lb[c]) : 0.0f;
-      ST[4 * n + e] = pr;
-      DP[4 * n + e] = pr != 0.0f ? pr * (DP[4 * n + e] - db[c]) * p.dscale * dcap : 0.0f;
-    }
+  const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f, slope[2] = {alibi2, alibi2};
+  const int base[2] = {-(kdist[0] + qa + c0), -(kdist[1] + qa + c0)};
+  fa_probs_tile<4 * NB, 1>(p, ST, DP, lb + c0, db + c0, 1.0f, slope, base, tg, mode == 1,
+                           [&](int i, int c) {
+                             return qa + c0 + c >= klo[i] && qa + c0 + c <= khi[i];
+                           });
 }
 
 #if FA_SM90_DEVICE

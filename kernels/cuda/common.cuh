@@ -222,6 +222,77 @@ FA_DEV void fa_online_step(float (&mx)[2], float (&m)[2], float (&l)[2], float (
   }
 }
 
+/* 2^x: the approximate MUFU instruction (CUDA's exp2f is the same, with extra work for
+ * results below 2^-126, which P can do without); exact on the emulator. */
+#ifndef ATTN_CUDA_EMULATE
+FA_DEV float fa_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#else
+FA_DEV float fa_exp2(float x) { return exp2f(x); }
+#endif
+
+/* Element x of a thread's NS-float accumulator fragment — mma.sync m16n8 tiles S[n][e] as
+ * S[4n + e], or a wgmma m64nN one: row i = FA_FRAG_ROW(x) (0: g, 1: g + 8), tile column
+ * FA_FRAG_COL(x, tg). The element-wise passes below take the fragment whole, with every
+ * uniform choice outside their element loops: each loop is then one basic block that
+ * ptxas can interleave, where a test per element would split it into a chain of small
+ * ones (and run the branch, or the predicated-off softcap, 32 times a tile). */
+#define FA_FRAG_ROW(x) (((x) >> 1) & 1)
+#define FA_FRAG_COL(x, tg) (((x) >> 2) * 8 + 2 * (tg) + ((x) & 1))
+
+/* S (scores in log2 units after a multiplication by sc > 0, masked) -> P = 2^(score - mu)
+ * in place, with the online-softmax step of the thread's two rows; maxima and sums run in
+ * CHAINS chains a row (two: more ILP, for the sm90 kernel; one: two registers fewer, where
+ * the mma.sync kernels have none to spare). Without softcap and ALiBi the caller passes the raw dot products and
+ * sc = p.sc (the row max is taken on S, the scale goes into the FMA before the exp2), else
+ * fa_score_tile's scores and 1. */
+template <int NS, int CHAINS>
+FA_DEV void fa_exp_rows(float *S, float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  static_assert(CHAINS == 1 || CHAINS == 2, "chains a row");
+  const int ch = CHAINS == 2 ? 3 : 2; /* element x's [row i][chain], the chain bit masked */
+  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) mx[x & ch] = fmaxf(mx[x & ch], S[x]);
+  float top[2] = {fmaxf(m[0], fmaxf(mx[0], mx[1]) * sc), fmaxf(m[1], fmaxf(mx[2], mx[3]) * sc)};
+  float mu[2];
+  fa_online_step(top, m, l, alpha, mu);
+  float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) {
+    const float pv = fa_exp2(fmaf(S[x], sc, -mu[FA_FRAG_ROW(x)]));
+    S[x] = pv;
+    ls[x & ch] += pv;
+  }
+  l[0] += ls[0] + ls[1];
+  l[1] += ls[2] + ls[3];
+}
+
+/* Raw dot products -> scores in log2 units (fa_score's softcap and ALiBi; alibi2 by row, 0
+ * for a head without a slope; the distance of column c is |base[i] - c|, in integers: a
+ * float column would be 16 registers held across the kernel), each transform one loop
+ * under its uniform test. */
+template <int NS>
+FA_DEV void fa_score_tile(const fa_params &p, float *S, const float (&alibi2)[2],
+                          const int (&base)[2], int tg) {
+  if (p.cap2 > 0.0f) {
+    FA_UNROLL
+    for (int x = 0; x < NS; x++) S[x] = p.cap2 * tanhf(S[x] * p.sc);
+  } else {
+    FA_UNROLL
+    for (int x = 0; x < NS; x++) S[x] *= p.sc;
+  }
+  if (p.alibi) {
+    FA_UNROLL
+    for (int x = 0; x < NS; x++) {
+      const int i = FA_FRAG_ROW(x);
+      S[x] -= alibi2[i] * fabsf((float)(base[i] - FA_FRAG_COL(x, tg)));
+    }
+  }
+}
+
 /* Block mode: the carried state of a thread's row i (state row `row`; m in natural units,
  * log2 units in registers; l whole on the quad's tg 0 lane, the other lanes' shares 0; acc
  * [Dv] float32) into m, l and the O fragment acc[4n + 2i + e] = column 8n + 2tg + e (the
@@ -341,13 +412,69 @@ FA_DEV int fa_qwarp_mode(const fa_params &p, const fa_seg &s, const fa_qrows &q,
              : 2;
 }
 
-/* Visibility of tile column j (key ca + j) for the thread's row i in a partial tile. */
-FA_DEV int fa_qvisible(const fa_params &p, const fa_seg &s, const fa_qrows &q, int i, int ca,
-                       int cb, int j) {
-  const int key = ca + j;
-  int vis = key >= q.lo_r[i] && key <= q.hi_r[i] && key < cb;
-  if (vis && p.bm) vis = fa_bm_at(p, q.qblk[i], (key + s.kpos_col0) / p.bk);
-  return vis;
+/* A partial tile (fa_qwarp_mode 2) of keys [ca, cb): the elements the thread's rows do not
+ * see -> -inf, by select. The rows' bounds less 2 tg compare with constants. The block
+ * mask's lookups run in a loop of their own, not unrolled: unrolled, ptxas hoists every
+ * load and division and the kernel spills. There the row is not a constant, so its block
+ * is picked by select (an indexed register array would go to local memory). */
+template <int NS>
+FA_DEV void fa_mask_tile(const fa_params &p, const fa_seg &s, const fa_qrows &q, int ca, int cb,
+                         int tg, float *S) {
+  static_assert(NS <= 32, "one bit an element");
+  int lo[2], hi[2];
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    lo[i] = q.lo_r[i] - ca - 2 * tg;
+    hi[i] = fa_min(q.hi_r[i], cb - 1) - ca - 2 * tg;
+  }
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) {
+    const int i = FA_FRAG_ROW(x), c = FA_FRAG_COL(x, 0);
+    S[x] = c >= lo[i] && c <= hi[i] ? S[x] : -INFINITY;
+  }
+  if (!p.bm) return;
+  uint32_t on = 0;
+FA_NO_UNROLL
+  for (int x = 0; x < NS; x++) {
+    const int qblk = FA_FRAG_ROW(x) ? q.qblk[1] : q.qblk[0];
+    on |= (uint32_t)fa_bm_at(p, qblk, (ca + FA_FRAG_COL(x, tg) + s.kpos_col0) / p.bk) << x;
+  }
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) S[x] = (on >> x) & 1u ? S[x] : -INFINITY;
+}
+
+/* P and dS of a tile's elements in place: S, raw dot products -> P = 2^(score - L); DP,
+ * dP -> dS = P (dP - D) dscale dcap (fa_score_grad; ALiBi slopes alibi2 by row at distance
+ * |base[i] - column|, as fa_score_tile's). L, D: the LSE (times lsc: log2 units) and delta of the element's
+ * query, by row (COL 0: L[i]) or by column (COL 1: L[c]); P and dS are 0 where the
+ * element is not seen: all are in a full tile, else vis(i, c) says. A full tile without
+ * softcap and ALiBi — the usual one — takes a loop with no test in it; the others test
+ * element by element, as a loop of every transform without tests needs more registers
+ * than the mma.sync dK/dV kernel has. exp2f, not fa_exp2: with the shorter one ptxas
+ * overlaps more of the loop and the sm90 kernel at head dim 128 spills. */
+template <int NS, int COL, typename V>
+FA_DEV void fa_probs_tile(const fa_params &p, float *S, float *DP, const float *L, const float *D,
+                          float lsc, const float (&alibi2)[2], const int (&base)[2], int tg,
+                          int full, V vis) {
+  if (full && !(p.cap2 > 0.0f) && !p.alibi) {
+    FA_UNROLL
+    for (int x = 0; x < NS; x++) {
+      const int r = COL ? FA_FRAG_COL(x, tg) : FA_FRAG_ROW(x);
+      const float pr = exp2f(S[x] * p.sc - L[r] * lsc);
+      S[x] = pr;
+      DP[x] = pr * (DP[x] - D[r]) * p.dscale;
+    }
+    return;
+  }
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) {
+    const int i = FA_FRAG_ROW(x), c = FA_FRAG_COL(x, tg), r = COL ? c : i;
+    float dcap;
+    const float sc = fa_score_grad(p, S[x], alibi2[i], fabsf((float)(base[i] - c)), dcap);
+    const float pr = full || vis(i, c) ? exp2f(sc - L[r] * lsc) : 0.0f;
+    S[x] = pr;
+    DP[x] = pr != 0.0f ? pr * (DP[x] - D[r]) * p.dscale * dcap : 0.0f;
+  }
 }
 
 #endif

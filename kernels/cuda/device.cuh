@@ -14,6 +14,7 @@
 
 #define FA_DEV static __device__ __forceinline__
 #define FA_UNROLL _Pragma("unroll")
+#define FA_NO_UNROLL _Pragma("unroll 1")
 #define FA_KERNEL(threads) extern "C" __global__ void __launch_bounds__(threads, 1)
 /* at least minb CTAs of threads resident per SM (registers capped to fit) */
 #define FA_KERNEL_MIN(threads, minb) extern "C" __global__ void __launch_bounds__(threads, minb)
@@ -134,6 +135,7 @@ FA_DEV float fa_f16_to_float(uint16_t h) { return __half2float(__ushort_as_half(
 
 #define FA_DEV static inline
 #define FA_UNROLL
+#define FA_NO_UNROLL
 #define FA_KERNEL(threads) static void
 #define FA_KERNEL_MIN(threads, minb) static void
 #define FA_KERNEL_GENERIC static void

@@ -111,34 +111,22 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
           fa_mma(S[n + 1], qa, bf[2], bf[3]);
         }
       }
-      /* Scores to log2 units, masked by select; row maxima over the quad. */
-      float mx[2] = {m[0], m[1]};
-      const float alibi2[2] = {sAlibi[wr0 + g], sAlibi[wr0 + g + 8]};
-      const float base[2] = {(float)(q.ipos[0] - ca), (float)(q.ipos[1] - ca)};
-      FA_UNROLL
-      for (int n = 0; n < F_BN / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int i = e >> 1, j = n * 8 + 2 * tg + (e & 1);
-          float x = fa_score(p, S[n][e], alibi2[i], fabsf(base[i] - (float)j));
-          if (mode == 2 && !fa_qvisible(p, s, q, i, ca, cb, j)) x = -INFINITY;
-          S[n][e] = x;
-          mx[i] = fmaxf(mx[i], x);
-        }
-      float alpha[2], mu[2];
-      fa_online_step(mx, m, l, alpha, mu);
+      /* Scores to log2 units (softcap / ALiBi only where set: otherwise the scale goes
+       * into the exp2's FMA), masked by select in a partial tile, then P and the online
+       * step; S[n][e] is Sf[4n + e], the fragment order of those passes. */
+      float *Sf = &S[0][0], sc = p.sc, alpha[2];
+      if (p.cap2 > 0.0f || p.alibi) {
+        const float alibi2[2] = {sAlibi[wr0 + g], sAlibi[wr0 + g + 8]};
+        const int base[2] = {q.ipos[0] - ca, q.ipos[1] - ca};
+        fa_score_tile<F_BN / 2>(p, Sf, alibi2, base, tg);
+        sc = 1.0f;
+      }
+      if (mode == 2) fa_mask_tile<F_BN / 2>(p, s, q, ca, cb, tg, Sf);
+      fa_exp_rows<F_BN / 2, 1>(Sf, sc, m, l, alpha);
       FA_UNROLL
       for (int n = 0; n < DV / 8; n++)
         FA_UNROLL
         for (int e = 0; e < 4; e++) acc[n][e] *= alpha[e >> 1];
-      FA_UNROLL
-      for (int n = 0; n < F_BN / 8; n++)
-        FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const float pv = exp2f(S[n][e] - mu[e >> 1]);
-          S[n][e] = pv;
-          l[e >> 1] += pv;
-        }
       /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
       FA_MMA_SCORES_SMEM(acc, S, F_BN, DV, vb, SV);
     }

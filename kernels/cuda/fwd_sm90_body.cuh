@@ -220,39 +220,6 @@ FA_DEV void h_release(uint64_t *empty, int lane) {
   if (lane == 0) fa_mbar_arrive(empty);
 }
 
-/* 2^x: the approximate MUFU instruction (CUDA's exp2f is the same, with extra work for
- * results below 2^-126, which P can do without); exact on the emulator. */
-#ifndef ATTN_CUDA_EMULATE
-FA_DEV float h_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-#else
-FA_DEV float h_exp2(float x) { return exp2f(x); }
-#endif
-
-/* S (scores in log2 units after a multiplication by sc > 0, masked) -> P = 2^(score - mu)
- * in place, with the online-softmax step of the thread's two rows; maxima and sums run in
- * two chains per row. */
-FA_DEV void h_exp_rows(float S[H_SN], float sc, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
-  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* [row i][chain] */
-  FA_UNROLL
-  for (int x = 0; x < H_SN; x++) mx[x & 3] = fmaxf(mx[x & 3], S[x]);
-  float top[2] = {fmaxf(m[0], fmaxf(mx[0], mx[1]) * sc), fmaxf(m[1], fmaxf(mx[2], mx[3]) * sc)};
-  float mu[2];
-  fa_online_step(top, m, l, alpha, mu);
-  float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  FA_UNROLL
-  for (int x = 0; x < H_SN; x++) {
-    const float pv = h_exp2(fmaf(S[x], sc, -mu[(x >> 1) & 1]));
-    S[x] = pv;
-    ls[x & 3] += pv;
-  }
-  l[0] += ls[0] + ls[1];
-  l[1] += ls[2] + ls[3];
-}
-
 /* Keys outside the thread's rows' ranges -> -inf (by select). */
 #if H_ROWS_IN_REGS
 FA_DEV void h_mask_rows(float S[H_SN], const int lo_r[2], const int hi_r[2], int k0, int tg) {
@@ -286,7 +253,7 @@ FA_DEV void h_mask_rows(float S[H_SN], const fa_params &p, const fa_seg &s, int 
  * pair is visible (full), P = 2^(score - mu) in S, row sums into l, alpha = the factor that
  * rescales O (module comment). Without softcap and ALiBi the score is S * sc with sc > 0
  * (dispatch.c checks scale > 0), so the row max is taken on S and the scale goes into the
- * FMA before the exp2; the general transform (fa_score) only runs with softcap or ALiBi.
+ * FMA before the exp2; the general transform (fa_score_tile) only runs with softcap or ALiBi.
  * The uniform choices sit outside the element loops, and each way ends in its own exp
  * loop: ptxas hoists the wgmma wait that follows this to the top of its basic block, which
  * must not hold the exp loop (the P V GEMM's overlap). */
@@ -295,16 +262,13 @@ FA_DEV void h_softmax(float S[H_SN], const fa_params &p, float alibi2, H_ROW_PAR
                       float (&m)[2], float (&l)[2], float (&alpha)[2]) {
   if (!(p.cap2 > 0.0f) && alibi2 == 0.0f) {
     if (!full) H_MASK(S, k0, tg);
-    h_exp_rows(S, p.sc, m, l, alpha);
+    fa_exp_rows<H_SN, 2>(S, p.sc, m, l, alpha);
   } else {
-    const float base[2] = {(float)(H_IPOS(0) - k0), (float)(H_IPOS(1) - k0)};
-    FA_UNROLL
-    for (int x = 0; x < H_SN; x++) {
-      const int i = (x >> 1) & 1, col = (x >> 2) * 8 + 2 * tg + (x & 1);
-      S[x] = fa_score(p, S[x], alibi2, fabsf(base[i] - (float)col));
-    }
+    const int base[2] = {H_IPOS(0) - k0, H_IPOS(1) - k0};
+    const float slope[2] = {alibi2, alibi2};
+    fa_score_tile<H_SN>(p, S, slope, base, tg);
     if (!full) H_MASK(S, k0, tg);
-    h_exp_rows(S, 1.0f, m, l, alpha);
+    fa_exp_rows<H_SN, 2>(S, 1.0f, m, l, alpha);
   }
 }
 
