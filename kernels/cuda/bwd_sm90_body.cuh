@@ -21,10 +21,12 @@
  * the stage's "full" barrier too. Warpgroups 1 and 2 are the consumers, 64 keys each:
  *   S^T = K Q^T and dP^T = V dO^T  (wgmma m64n64k16, both operands K-major in smem, d/16
  *                                    k-steps over d/64 128-byte column blocks),
- *   P^T = 2^(S^T - LSE), dS^T = P^T (dP^T - delta) scale dcap  (registers, masked),
- *   dV += P^T dO, dK += dS^T Q     (m64n<d>k16, A = the D fragment reused as A, B MN-major),
- *   dS^T -> shared memory (two buffers), a named barrier over both consumers, then
- *   dQ = dS K over the 128 keys    (m64n64k16, A = dS^T MN-major, B = K MN-major)
+ *   P^T = 2^(S^T - LSE), dS^T = P^T (dP^T - delta) scale dcap  (registers, masked; P^T
+ *                                    of a plain tile while dP^T is still in flight),
+ *   dS^T -> shared memory (two buffers), dV += P^T dO issued, a named barrier over both
+ *   consumers, then dQ = dS K over the 128 keys (m64n64k16, A = dS^T MN-major, B = K
+ *   MN-major) and dK += dS^T Q issued (m64n<d>k16, A = the D fragment reused as A, B
+ *   MN-major); dQ, as soon as it lands (dK still in flight), is
  * added to the float32 dQ (deterministic = 1 orders those adds: "the deterministic dQ"
  * below). At d = 128 consumer w computes dQ's column block w every step; at d = 64 there
  * is one column block, and consumer (step & 1) computes it, so the two take turns (the
@@ -207,6 +209,7 @@ FA_DEV void g_scores_t(uint32_t *PA, uint32_t *DA, const fa_params &p, int mode,
     g_wgmma_ss_kk<N>(ST, fa_wgmma_desc(k + blk * G_BN + in_row, 16, 1024),
                      fa_wgmma_desc(q + blk * G_BM + in_row, 16, 1024), kk > 0);
   }
+  fa_wgmma_commit();
   FA_UNROLL
   for (int kk = 0; kk < DV / 16; kk++) {
     const uint32_t in_row = (uint32_t)(kk % 4) * 32, blk = (uint32_t)(kk / 4) * 128;
@@ -214,13 +217,24 @@ FA_DEV void g_scores_t(uint32_t *PA, uint32_t *DA, const fa_params &p, int mode,
                      fa_wgmma_desc(o + blk * G_BM + in_row, 16, 1024), kk > 0);
   }
   fa_wgmma_commit();
-  fa_wgmma_wait<0>();
-  FA_UNROLL
-  for (int x = 0; x < N / 2; x++) {
-    fa_reg_fence(ST[x]);
-    fa_reg_fence(DP[x]);
+  if (fa_probs_plain(p, mode == 1)) { /* P while dP is in flight (FlashAttention-3's order) */
+    fa_wgmma_wait<1>();
+    FA_UNROLL
+    for (int x = 0; x < N / 2; x++) fa_reg_fence(ST[x]);
+    fa_probs_p<N / 2, 1>(p, ST, lb + c0, 1.0f, tg);
+    fa_wgmma_wait<0>();
+    FA_UNROLL
+    for (int x = 0; x < N / 2; x++) fa_reg_fence(DP[x]);
+    fa_probs_ds<N / 2, 1>(p, ST, DP, db + c0, tg);
+  } else {
+    fa_wgmma_wait<0>();
+    FA_UNROLL
+    for (int x = 0; x < N / 2; x++) {
+      fa_reg_fence(ST[x]);
+      fa_reg_fence(DP[x]);
+    }
+    g_probs<N / 8>(ST, DP, p, mode, h, qa, c0, lb, db, klo, khi, kdist, tg);
   }
-  g_probs<N / 8>(ST, DP, p, mode, h, qa, c0, lb, db, klo, khi, kdist, tg);
   FA_UNROLL
   for (int x = 0; x < N / 4; x++) {
     PA[x] = fa_pack(ST[2 * x], ST[2 * x + 1]);
@@ -484,10 +498,14 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       g_put_t<G_BM / 8>(sbuf, DA, kr0, 0, tg);
       fa_fence_proxy_async(); /* read by the dQ wgmma (the async proxy) */
     }
+    /* The gradient GEMMs, in FlashAttention-3's order: dV += P^T dO is issued before the
+     * dS barrier, so the tensor cores run it while this warpgroup waits for the other's
+     * dS^T; dQ = dS K, then dK += dS^T Q after the barrier; the dQ adds (wait<1>: dV and
+     * dQ done, groups retire in order) overlap dK. A from the registers (P^T, dS^T), dO /
+     * Q MN-major (d contiguous): d blocks of 64 G_BM * 128 bytes apart (LBO; one block at
+     * d = 64), 8-row groups 1024 (SBO). PA / DA stay live until retire() (a wgmma's A
+     * registers), and the stage is released there (Q, dO, LSE, delta, the turn: done). */
     if (mode) {
-      /* dV += P^T dO, dK += dS^T Q: A from the registers; dO / Q MN-major (d contiguous):
-       * d blocks of 64 G_BM * 128 bytes apart (LBO; one block at d = 64), 8-row groups
-       * 1024 (SBO) */
       FA_UNROLL
       for (int x = 0; x < DQK / 2; x++) {
         fa_reg_fence(dK[x]);
@@ -503,20 +521,32 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       FA_UNROLL
       for (int kc = 0; kc < G_BM / 16; kc++)
         g_wgmma_rs_t(dV, PA + 4 * kc, fa_wgmma_desc(o_addr + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
+      fa_wgmma_commit();
+    }
+    const int want = sW[2 * st]; /* read before the stage is released (deterministic dQ) */
+    auto issue_dk = [&]() { /* dK += dS^T Q (a fence of its own: ptxas wants one per block) */
+      if (!mode) return;
+      fa_wgmma_fence();
       FA_UNROLL
       for (int kc = 0; kc < G_BM / 16; kc++)
         g_wgmma_rs_t(dK, DA + 4 * kc, fa_wgmma_desc(q_addr + (uint32_t)kc * 16 * 128, G_BM * 128, 1024));
       fa_wgmma_commit();
+    };
+    auto retire = [&]() {
       fa_wgmma_wait<0>();
       FA_UNROLL
       for (int x = 0; x < DQK / 2; x++) {
         fa_reg_fence(dK[x]);
         fa_reg_fence(dV[x]);
       }
-    }
-    const int want = sW[2 * st]; /* read before the stage is released (deterministic dQ) */
-    fa_syncwarp();
-    if (lane == 0) fa_mbar_arrive(&empty[st]); /* Q, dO, LSE, delta (and the turn) are done */
+      FA_UNROLL
+      for (int x = 0; x < 16; x++) {
+        fa_reg_fence_u32(PA[x]);
+        fa_reg_fence_u32(DA[x]);
+      }
+      fa_syncwarp();
+      if (lane == 0) fa_mbar_arrive(&empty[st]);
+    };
     /* Both consumers' dS^T are in buffer it & 1; and each has waited for its dQ GEMM of
      * step it - 1, so buffer (it + 1) & 1 may be rewritten at step it + 1. Every step syncs,
      * also one without dQ work: otherwise a consumer could write the buffer at step it + 2
@@ -530,14 +560,19 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     fa_named_bar_sync(G_BAR_DS, 256);
     /* the same for both consumers: at d = 128 each has a column block, at d = 64 they
      * take turns */
-    if (G_NCB == 1 && (it & 1) != cw) continue;
+    if (G_NCB == 1 && (it & 1) != cw) {
+      issue_dk();
+      retire();
+      continue;
+    }
     /* dQ[:, 64 qb + 0..63] = dS K over the 128 keys: A = dS^T, MN-major (rows contiguous,
      * one 128-byte span), 8-key groups 1024 bytes apart (SBO); B = K's column block qb,
      * MN-major the same way. A deterministic dQ waits for the turn of column block qb
      * (the consumer's part), and passes it on also when it has nothing to add. */
     const int qb = G_NCB == 2 ? cw : 0;
-    g_dq_turn(p, b, h, qa, qb, want);
     if (!any) {
+      g_dq_turn(p, b, h, qa, qb, want);
+      retire();
       g_dq_done(p, b, h, qa, qb, cw, tid);
       continue;
     }
@@ -551,9 +586,15 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
                                     G_BN * 128, 1024),
                       kc > 0);
     fa_wgmma_commit();
-    fa_wgmma_wait<0>();
+    if (mode) {
+      issue_dk();
+      fa_wgmma_wait<1>(); /* dV, dQ */
+    } else {
+      fa_wgmma_wait<0>();
+    }
     FA_UNROLL
     for (int x = 0; x < 32; x++) fa_reg_fence(dQ[x]);
+    g_dq_turn(p, b, h, qa, qb, want);
     if (dq_tma) {
       /* the 64 x 64 tile into the staging buffer, as the dQ map's two 32-column boxes land
        * (row r of a half: 128 bytes, 16-byte chunk c at c ^ (r % 8): a warp's float2
@@ -569,10 +610,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
               g_f2{dQ[4 * n + 2 * i], dQ[4 * n + 2 * i + 1]};
         }
       fa_fence_proxy_async(); /* read by TMA (the async proxy) */
-      if (cw) /* constant barrier ids: ptxas then reserves only those */
-        fa_named_bar_sync(G_BAR_DQ + 1, 128);
-      else
-        fa_named_bar_sync(G_BAR_DQ, 128);
+      g_wg_bar(cw);
       if ((tid & 127) == 0) {
         fa_tma_reduce_add_4d(&maps.dq, stage, 64 * qb, qa, h, b);
         fa_tma_reduce_add_4d(&maps.dq, stage + G_DQ_HALF, 64 * qb + 32, qa, h, b);
@@ -582,6 +620,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       g_dq_atomics(p, dQ, b, h, qa, qhi, 64 * qb, wq, g, tg);
     }
     g_dq_done(p, b, h, qa, qb, cw, tid);
+    retire();
   }
   /* the staging buffer must outlive the reduces' reads of it */
   if (dq_tma && (tid & 127) == 0) fa_bulk_wait_read<0>();

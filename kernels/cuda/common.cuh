@@ -452,18 +452,26 @@ FA_NO_UNROLL
  * element by element, as a loop of every transform without tests needs more registers
  * than the mma.sync dK/dV kernel has. exp2f, not fa_exp2: with the shorter one ptxas
  * overlaps more of the loop and the sm90 kernel at head dim 128 spills. */
+FA_DEV int fa_probs_plain(const fa_params &p, int full) { return full && !(p.cap2 > 0.0f) && !p.alibi; }
+
+/* fa_probs_tile's plain tile in two halves, for a caller whose dP is still in flight when
+ * S has landed (the sm90 backward): P first, then dS from P. */
+template <int NS, int COL> FA_DEV void fa_probs_p(const fa_params &p, float *S, const float *L, float lsc, int tg) {
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) S[x] = exp2f(S[x] * p.sc - L[COL ? FA_FRAG_COL(x, tg) : FA_FRAG_ROW(x)] * lsc);
+}
+template <int NS, int COL> FA_DEV void fa_probs_ds(const fa_params &p, const float *P, float *DP, const float *D, int tg) {
+  FA_UNROLL
+  for (int x = 0; x < NS; x++) DP[x] = P[x] * (DP[x] - D[COL ? FA_FRAG_COL(x, tg) : FA_FRAG_ROW(x)]) * p.dscale;
+}
+
 template <int NS, int COL, typename V>
 FA_DEV void fa_probs_tile(const fa_params &p, float *S, float *DP, const float *L, const float *D,
                           float lsc, const float (&alibi2)[2], const int (&base)[2], int tg,
                           int full, V vis) {
-  if (full && !(p.cap2 > 0.0f) && !p.alibi) {
-    FA_UNROLL
-    for (int x = 0; x < NS; x++) {
-      const int r = COL ? FA_FRAG_COL(x, tg) : FA_FRAG_ROW(x);
-      const float pr = exp2f(S[x] * p.sc - L[r] * lsc);
-      S[x] = pr;
-      DP[x] = pr * (DP[x] - D[r]) * p.dscale;
-    }
+  if (fa_probs_plain(p, full)) {
+    fa_probs_p<NS, COL>(p, S, L, lsc, tg);
+    fa_probs_ds<NS, COL>(p, S, DP, D, tg);
     return;
   }
   FA_UNROLL
