@@ -15,8 +15,9 @@
  * both paths of a shape run side by side and the sm90 row says its speed relative to
  * mma's (a sm90 backward row times the sm90 backward; its forward also ran sm90).
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
- * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqtma" under ATTN_SM90_DQ=1, the backward's
- * TMA reduce-add dQ); mma records "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the
+ * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqatomic" under ATTN_SM90_DQ=0, the backward's
+ * dQ by atomics instead of TMA reduce-adds; "attnrun-sm90-ab<m>" under ATTN_SM90_ABLATE=m,
+ * stages left out: not judged, and every record of such a run has "ablate"); mma records "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the
  * mma.sync forward's 4-warp kernel).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
@@ -262,9 +263,18 @@ int main(int argc, char **argv) {
          "causal", "median ms", "min ms", "TFLOP/s", "check");
   int failed = 0;
   /* the sm90 backward's dQ mode (kernels/cuda/bwd_sm90_body.cuh): its own name in the
-   * records when it is the TMA reduce-add, so both modes can sit in one file */
+   * records when it is the atomics (mode 0, not the default), so both modes can sit in one
+   * file */
   const char *dq = getenv("ATTN_SM90_DQ");
-  const char *impl90 = dq && atoi(dq) == 1 ? "attnrun-sm90-dqtma" : "attnrun-sm90";
+  const char *impl90 = dq && *dq && atoi(dq) != 1 ? "attnrun-sm90-dqatomic" : "attnrun-sm90";
+  /* ATTN_SM90_ABLATE=m: the sm90 backward with stages left out (bwd_sm90_body.cuh G_AB_*),
+   * for timing by difference; its gradients are wrong, so its rows ("attnrun-sm90-ab<m>")
+   * are not judged */
+  const char *abl = getenv("ATTN_SM90_ABLATE");
+  const int ablate = abl ? atoi(abl) : 0;
+  char impl90_ab[48], ab_field[32] = ""; /* every record of such a run says its mask */
+  snprintf(impl90_ab, sizeof impl90_ab, "%s-ab%d", impl90, ablate);
+  if (abl) snprintf(ab_field, sizeof ab_field, ", \"ablate\": %d", ablate);
   /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4") */
   const char *fw = getenv("ATTN_CUDA_FWD_WARPS");
   const char *impl_mma = fw && atoi(fw) == 4 ? "attnrun-mma4" : "attnrun";
@@ -335,7 +345,7 @@ int main(int argc, char **argv) {
             }
             CHECK_CUDA(cudaStreamSynchronize(b.stream));
             const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
-            const int ok = rel <= (pass ? 3e-2 : 2e-2);
+            const int ablated = ablate && sm90 && pass, ok = ablated || rel <= (pass ? 3e-2 : 2e-2);
             failed |= !ok;
             double med, mn;
             time_runs(&ra, o.warmup, o.reps, &med, &mn);
@@ -351,7 +361,7 @@ int main(int argc, char **argv) {
             else if (want_mma && mma_ms > 0) snprintf(rel_mma, sizeof rel_mma, "  %.2fx mma", mma_ms / med);
             printf("%-4s %-5s %-7s %6lld %3lld %3lld %-6s %10.3f %10.3f %8.1f %9s%s\n", pass ? "bwd" : "fwd",
                    sm90 ? "sm90" : "mma", hd, (long long)N, (long long)B, (long long)H,
-                   causal ? "yes" : "no", med, mn, tf, ok ? "ok" : "FAIL", rel_mma);
+                   causal ? "yes" : "no", med, mn, tf, ablated ? "ablated" : ok ? "ok" : "FAIL", rel_mma);
             if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
             fflush(stdout);
             if (js)
@@ -360,10 +370,10 @@ int main(int argc, char **argv) {
                       "\"hd_v\": %lld, \"N\": %lld, \"B\": %lld, \"H\": %lld, \"causal\": %d, \"deterministic\": %d, "
                       "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
                       "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
-                      "\"git\": \"%s\", \"date\": \"%s\"}\n",
-                      sm90 ? impl90 : impl_mma, pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
-                      (long long)H, causal, o.det, med, mn, tf, flops, ok ? "ok" : "fail", rel,
-                      prop.name, BENCH_GIT_SHA, date);
+                      "\"git\": \"%s\", \"date\": \"%s\"%s}\n",
+                      ablated ? impl90_ab : sm90 ? impl90 : impl_mma, pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
+                      (long long)H, causal, o.det, med, mn, tf, flops, ablated ? "ablated" : ok ? "ok" : "fail", rel,
+                      prop.name, BENCH_GIT_SHA, date, ab_field);
           }
   attn_cuda_set_hopper(-1);
   if (js) fclose(js);

@@ -225,8 +225,30 @@ def dims_label(d):
     return str(d[0]) if d[0] == d[1] else f"{d[0]}x{d[1]}"
 
 
+ABLATE_BITS = [(1, "dQ adds"), (2, "dQ GEMM"), (4, "dS barrier"), (8, "dV+dK GEMMs"),
+               (16, "P/dS arithmetic"), (32, "per-step loads")]
+
+
+def ablation_table(recs):
+    """Rows of the ablation runs' backward records, each against mask 0 of the same shape."""
+    by = {}
+    for r in recs:
+        if r["pass"] == "bwd" and "ms_median" in r:
+            by.setdefault((dims(r), r["N"], r["causal"]), {})[r["ablate"]] = r["ms_median"]
+    lines = ["| hd | N | causal | left out (mask) | ms | saved ms | saved / full |", "|---|---|---|---|---|---|---|"]
+    for key in sorted(by, key=lambda k: (-k[0][0], k[1], k[2])):
+        full = by[key].get(0)
+        for m in sorted(by[key]):
+            ms = by[key][m]
+            what = " + ".join(n for b, n in ABLATE_BITS if m & b) or "nothing (full kernel)"
+            saved = f"{full - ms:.3f} | {(full - ms) / full:.2f}" if full else "- | -"
+            lines.append(f"| {dims_label(key[0])} | {key[1]} | {'yes' if key[2] else 'no'} | {what} ({m}) | "
+                         f"{ms:.3f} | {saved} |")
+    return lines
+
+
 def compare(args):
-    rows, det, dec = {}, [], []
+    rows, det, dec, abl = {}, [], [], []
     with open(args.file) as f:
         for line in f:
             line = line.strip()
@@ -235,6 +257,9 @@ def compare(args):
             r = json.loads(line)
             if r.get("mode") == "decode":
                 dec.append(r)
+                continue
+            if "ablate" in r:  # an ATTN_SM90_ABLATE run (ablation_table)
+                abl.append(r)
                 continue
             if r.get("deterministic"):
                 det.append(r)
@@ -273,14 +298,14 @@ def compare(args):
                      f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
-    # the sm90 backward's TMA reduce-add dQ (ATTN_SM90_DQ=1) against its atomics (the default)
+    # the sm90 backward's dQ by atomics (ATTN_SM90_DQ=0) against its TMA reduce-adds (the default)
     for key in sorted(rows, key=lambda k: (-k[1][0], k[2], k[3])):
-        r, name = rows[key], "attnrun-sm90-dqtma"
+        r, name = rows[key], "attnrun-sm90-dqatomic"
         if key[0] != "bwd" or name not in r or "tflops" not in r[name]:
             continue
         t, base = r[name]["tflops"], r.get("attnrun-sm90", {}).get("tflops")
-        rel = f"{t / base:.2f} of atomic dQ" if base else "-"
-        lines.append(f"| bwd sm90 dQ by TMA | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
+        rel = f"{t / base:.2f} of TMA dQ" if base else "-"
+        lines.append(f"| bwd sm90 dQ by atomics | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
                      f"- | - | {t:.1f} | - | - | - | {rel} | {r[name].get('check', '-')} |")
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"
@@ -291,6 +316,10 @@ def compare(args):
                  "bytes read / time; vs copy: over a device copy's read rate of the same bytes; "
                  "*: the backend took no GQA, K and V expanded to Hq heads).\n\n"
                  + "\n".join(decode_table(dec)) + "\n")
+    if abl:
+        text += ("\nThe sm90 backward with stages left out (ATTN_SM90_ABLATE, kernels/cuda/bwd_sm90_body.cuh "
+                 "G_AB_*; gradients wrong, timing only), median ms of timed runs, one bench run a mask; "
+                 "saved: the full kernel's time less this one's.\n\n" + "\n".join(ablation_table(abl)) + "\n")
     print(text)
     if args.md:
         with open(args.md, "w") as f:

@@ -31,15 +31,15 @@
  * below). At d = 128 consumer w computes dQ's column block w every step; at d = 64 there
  * is one column block, and consumer (step & 1) computes it, so the two take turns (the
  * other starts the next step) and each dQ element gets one add a step. Two dQ modes, per
- * launch (ATTN_SM90_DQ, a kernel parameter, warp-uniform branches): 0, the default, float2
- * atomics from the consumers' registers; 1, as FlashAttention-3, the consumer writes its
+ * launch (ATTN_SM90_DQ, a kernel parameter, warp-uniform branches): 0, float2 atomics
+ * from the consumers' registers; 1, as FlashAttention-3, the consumer writes its
  * 64 x 64 float32 tile to a swizzled staging buffer of its own, fences (async proxy),
  * meets its warpgroup at a named barrier, and one thread adds the tile with two TMA
  * reduce-adds (cp.reduce.async.bulk.tensor .add, 32-column boxes, rows past sq clipped)
  * and commits; it waits (wait_group.read) before the next step's dS barrier, after which
  * the buffer is rewritten. That frees the consumers' issue slots and LSU of 16 atomics a
- * thread a step, for 32 KB more shared memory. Neither mode has run on a GPU: the default
- * stays the atomics until a GPU session has timed the two (A/B). The CTA is the only
+ * thread a step, for 32 KB more shared memory. Mode 1 is the default: on the H200 it ran
+ * 1.09-1.12x as fast as the atomics (2026-12-04). The CTA is the only
  * writer of its dK/dV rows. What this kernel does not do goes to the
  * mma.sync backward (dispatch.c): a deterministic dQ without the workspace's semaphores,
  * varlen, block masks, head dims other
@@ -93,6 +93,20 @@ extern "C" {
 #define G_BAR_DS 1          /* named barrier: both consumers' dS^T are in shared memory */
 #define G_BAR_DQ 2          /* + consumer: its dQ staging buffer is written (dQ mode tma) */
 
+/* Ablation (ATTN_SM90_ABLATE, read by the launcher; d <= 128 only): each bit leaves one
+ * stage of a step out, so that a GPU session can time the stages by difference (the
+ * device's notes: "time variants that leave one stage out"). The results are then wrong;
+ * bench_cuda labels such rows and does not judge them. Warp-uniform branches on a kernel
+ * parameter: 0 runs the kernel as it is. */
+#define G_AB_DQ_ADD 1 /* no dQ adds (atomics, or staging + TMA reduce-adds) */
+#define G_AB_DQ 2     /* no dQ GEMM, nor its adds */
+#define G_AB_BAR 4    /* no dS^T barrier (safe only with G_AB_DQ: nothing reads the other's) */
+#define G_AB_DKV 8    /* no dV, dK GEMMs */
+#define G_AB_SOFT 16  /* no P^T / dS^T arithmetic: the raw S^T, dP^T are packed */
+#define G_AB_LOAD 32  /* Q, dO, LSE, delta loaded for the first G_STAGES steps only, reused */
+/* (The S^T, dP^T GEMMs have no bit: skipping them, zeroing or shortening them made ptxas
+ * spill, serialize the wgmmas or inject warpgroup.arrives in the real path too.) */
+
 /* g_wgmma_rs_t: dV / dK += A B with N = d (m64n128k16 or m64n64k16, d/2 accumulators) */
 #if FA_BF16
 #define g_wgmma_ss64 fa_wgmma_ss64_bf16
@@ -136,6 +150,7 @@ template <int N> FA_DEV void g_wgmma_ss_kk(float *d, uint64_t da, uint64_t db, i
 struct fa_bwd90_maps {
   fa_tmap q, o, k, v, dq;
   int dq_tma;
+  int ablate; /* G_AB_* bits (a timing experiment; 0 in every real call) */
 };
 
 #endif
@@ -198,7 +213,7 @@ FA_DEV void g_probs(float *ST, float *DP, const fa_params &p, int mode, int h, i
 template <int N>
 FA_DEV void g_scores_t(uint32_t *PA, uint32_t *DA, const fa_params &p, int mode, int h, int qa, int c0,
                        uint32_t k, uint32_t v, uint32_t q, uint32_t o, const float *lb, const float *db,
-                       const int klo[2], const int khi[2], const int kdist[2], int tg) {
+                       const int klo[2], const int khi[2], const int kdist[2], int tg, int ab = 0) {
   float ST[N / 2], DP[N / 2]; /* m64nN D fragments: keys x query rows */
   fa_wgmma_fence();
   FA_UNROLL
@@ -217,7 +232,14 @@ FA_DEV void g_scores_t(uint32_t *PA, uint32_t *DA, const fa_params &p, int mode,
                      fa_wgmma_desc(o + blk * G_BM + in_row, 16, 1024), kk > 0);
   }
   fa_wgmma_commit();
-  if (fa_probs_plain(p, mode == 1)) { /* P while dP is in flight (FlashAttention-3's order) */
+  if (ab & G_AB_SOFT) {
+    fa_wgmma_wait<0>();
+    FA_UNROLL
+    for (int x = 0; x < N / 2; x++) {
+      fa_reg_fence(ST[x]);
+      fa_reg_fence(DP[x]);
+    }
+  } else if (fa_probs_plain(p, mode == 1)) { /* P while dP is in flight (FlashAttention-3's order) */
     fa_wgmma_wait<1>();
     FA_UNROLL
     for (int x = 0; x < N / 2; x++) fa_reg_fence(ST[x]);
@@ -395,7 +417,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       FA_UNROLL
       for (int cb = 0; cb < G_NCBV; cb++)
         fa_tma_load_4d(sV + cb * G_BN * G_CB, &maps.v, cb * G_CB, K0, hk, b, bar_kv);
-      for (int it = 0; it < total; it++) {
+      const int nload = (maps.ablate & G_AB_LOAD) ? fa_min(total, G_STAGES) : total;
+      for (int it = 0; it < nload; it++) {
         const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
         G_STEP(it, h, qa);
         fa_elem *q = sQ + st * G_BM * DQK, *o = sO + st * G_BM * DV;
@@ -422,7 +445,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
       fa_fence_proxy_async(); /* these stores are read by wgmma (the async proxy) */
       fa_syncwarp();
       if (lane == 0) fa_mbar_arrive(kv_ok);
-      for (int it = 0; it < total; it++) {
+      const int nload = (maps.ablate & G_AB_LOAD) ? fa_min(total, G_STAGES) : total;
+      for (int it = 0; it < nload; it++) {
         const int st = it % G_STAGES, ph = (it / G_STAGES) & 1;
         G_STEP(it, h, qa);
         fa_mbar_wait(&empty[st], ph ^ 1);
@@ -454,6 +478,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     g_csplit_consumer<1>(cx);
 #else
   const int dq_tma = maps.dq_tma; /* a kernel parameter: the branches on it are uniform */
+  const int ab = maps.ablate; /* 0 but in a timing experiment (G_AB_*) */
   /* both consumers' key ranges (a step's dQ needs to know whether either has work) */
   const g_keys mine = g_wg_keys(p, s, K0, nk, cw), other = g_wg_keys(p, s, K0, nk, 1 - cw);
   /* the thread's two keys (rows g, g + 8 of its warp's 16 in the D fragment) */
@@ -485,10 +510,10 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     const float *lb = sL + st * G_BM, *db = sD + st * G_BM;
     unsigned char *sbuf = (unsigned char *)(sS + (it & 1) * G_BN * G_BM);
     uint32_t PA[16], DA[16]; /* P^T, dS^T packed: the A fragments of 4 k16 chunks of rows */
-    fa_mbar_wait(&full[st], ph);
+    if (!(ab & G_AB_LOAD) || it < G_STAGES) fa_mbar_wait(&full[st], ph);
     if (mode) {
       g_scores_t<64>(PA, DA, p, mode, h, qa, 0, k_addr + 64 * cw * 128, v_addr + 64 * cw * 128, q_addr,
-                     o_addr, lb, db, klo, khi, kdist, tg);
+                     o_addr, lb, db, klo, khi, kdist, tg, ab);
     } else {
       FA_UNROLL
       for (int x = 0; x < 16; x++) PA[x] = DA[x] = 0u;
@@ -505,7 +530,8 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
      * Q MN-major (d contiguous): d blocks of 64 G_BM * 128 bytes apart (LBO; one block at
      * d = 64), 8-row groups 1024 (SBO). PA / DA stay live until retire() (a wgmma's A
      * registers), and the stage is released there (Q, dO, LSE, delta, the turn: done). */
-    if (mode) {
+    const int dkv = mode && !(ab & G_AB_DKV); /* this warpgroup's dV, dK GEMMs run */
+    if (dkv) {
       FA_UNROLL
       for (int x = 0; x < DQK / 2; x++) {
         fa_reg_fence(dK[x]);
@@ -525,7 +551,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     const int want = sW[2 * st]; /* read before the stage is released (deterministic dQ) */
     auto issue_dk = [&]() { /* dK += dS^T Q (a fence of its own: ptxas wants one per block) */
-      if (!mode) return;
+      if (!dkv) return;
       fa_wgmma_fence();
       FA_UNROLL
       for (int kc = 0; kc < G_BM / 16; kc++)
@@ -557,7 +583,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
      * read the staging buffer, which its warpgroup rewrites after the barrier (a step
      * later than the issue, so the wait is rarely a stall). */
     if (dq_tma && (tid & 127) == 0) fa_bulk_wait_read<0>();
-    fa_named_bar_sync(G_BAR_DS, 256);
+    if (!(ab & G_AB_BAR)) fa_named_bar_sync(G_BAR_DS, 256);
     /* the same for both consumers: at d = 128 each has a column block, at d = 64 they
      * take turns */
     if (G_NCB == 1 && (it & 1) != cw) {
@@ -570,7 +596,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
      * MN-major the same way. A deterministic dQ waits for the turn of column block qb
      * (the consumer's part), and passes it on also when it has nothing to add. */
     const int qb = G_NCB == 2 ? cw : 0;
-    if (!any) {
+    if (!any || (ab & G_AB_DQ)) {
       g_dq_turn(p, b, h, qa, qb, want);
       retire();
       g_dq_done(p, b, h, qa, qb, cw, tid);
@@ -586,7 +612,7 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
                                     G_BN * 128, 1024),
                       kc > 0);
     fa_wgmma_commit();
-    if (mode) {
+    if (dkv) {
       issue_dk();
       fa_wgmma_wait<1>(); /* dV, dQ */
     } else {
@@ -595,7 +621,9 @@ FA_KERNEL(G_THREADS) FA_FN(flash_bwd_)(const fa_params p, const FA_GRID_CONST fa
     FA_UNROLL
     for (int x = 0; x < 32; x++) fa_reg_fence(dQ[x]);
     g_dq_turn(p, b, h, qa, qb, want);
-    if (dq_tma) {
+    if (ab & G_AB_DQ_ADD) {
+      /* ablation: no adds */
+    } else if (dq_tma) {
       /* the 64 x 64 tile into the staging buffer, as the dQ map's two 32-column boxes land
        * (row r of a half: 128 bytes, 16-byte chunk c at c ^ (r % 8): a warp's float2
        * stores hit each bank once per half-warp); TMA adds them, rows past sq clipped.
@@ -656,11 +684,17 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
       fa_sm90_tmap(&maps.k, pb->k, DQK, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16) ||
       fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, G_BN, FA_BF16))
     return FA_ERR_FALLBACK;
-  /* The dQ mode, ATTN_SM90_DQ: 0 (default) float2 atomics, 1 TMA reduce-adds. Neither has
-   * run on a GPU yet: the default stays the atomics until a GPU session has A/B-timed the
-   * two (bench_cuda). A dQ view TMA cannot describe takes the atomics. */
+  /* The dQ mode, ATTN_SM90_DQ: 1 (default) TMA reduce-adds, 0 float2 atomics. On the H200
+   * (2026-12-04, bench_cuda, d = 64 and 128, N = 8K and 16K, causal or not) mode 1 ran
+   * 1.09-1.12x as fast as the atomics in all eight shapes. A dQ view TMA cannot describe
+   * takes the atomics. */
   memset(&maps.dq, 0, sizeof maps.dq);
-  maps.dq_tma = ATTN_PARAM("SM90_DQ", 0) == 1;
+  maps.dq_tma = ATTN_PARAM("SM90_DQ", 1) == 1;
+  maps.ablate = G_CSPLIT || c->deterministic ? 0 : (int)ATTN_PARAM("SM90_ABLATE", 0) & 63;
+  if (maps.ablate & G_AB_BAR) maps.ablate |= G_AB_DQ; /* the barrier guards dQ's reads */
+  if (maps.ablate)
+    attn__log(ATTN_LOG_WARN, "sm90 backward: ATTN_SM90_ABLATE=%d leaves stages out: the gradients are wrong",
+              maps.ablate);
   if (c->deterministic) { /* dQ by atomics in key-block order: semaphores zeroed on the stream */
     maps.dq_tma = 0;
     p.dq_sem = c->dq_sems;

@@ -305,11 +305,18 @@ stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd
 STAGE_NOTE="torch SDPA flash + cuDNN"
 stage bench-torch 150 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
-# The sm90 backward's second dQ mode (TMA reduce-adds, ATTN_SM90_DQ=1) against the
-# default (atomics) rows above: "attnrun-sm90-dqtma" records in the same file.
+# The sm90 backward's other dQ mode (atomics, ATTN_SM90_DQ=0) against the default (TMA
+# reduce-adds) rows above: "attnrun-sm90-dqatomic" records in the same file.
 if [ "$BENCH_PATH" = auto ]; then
-  STAGE_NOTE="ATTN_SM90_DQ=1: sm90, d=128/64, N=8K,16K"
-  stage bench-dq-tma 60 env ATTN_SM90_DQ=1 "$BENCH_BIN" --path sm90 --n 8192,16384 --json "$JSON"
+  STAGE_NOTE="ATTN_SM90_DQ=0: sm90, d=128/64, N=8K,16K"
+  stage bench-dq-atomic 60 env ATTN_SM90_DQ=0 "$BENCH_BIN" --path sm90 --n 8192,16384 --json "$JSON"
+  # Where the sm90 backward's time goes (0.36x cuDNN on 2026-12-04): the same shape with
+  # stages left out (ATTN_SM90_ABLATE bits, bwd_sm90_body.cuh G_AB_*), one run a mask, mask
+  # 0 (the full kernel) first; compare's third table prints each against it.
+  STAGE_NOTE="ATTN_SM90_ABLATE=0,1,3,6,8,16,32,24,56,62: sm90 bwd d=128 N=8K, stages left out"
+  stage bench-ablate 60 bash -c 'for m in 0 1 3 6 8 16 32 24 56 62; do
+      ATTN_SM90_ABLATE=$m "$0" --path sm90 --n 8192 --hd 128 --reps 5 --warmup 2 --json "$1" || exit 1
+    done' "$BENCH_BIN" "$JSON"
 fi
 # Decode steps (packed GQA, split-KV) against a copy of the same cache bytes, then torch's
 # SDPA on the same shapes: "mode": "decode" records, compare's second table.

@@ -370,8 +370,8 @@ static int run_mode(void) {
   return tu_finish(dq_tma ? "test_cuda_sm90_bwd (dQ mode tma)" : "test_cuda_sm90_bwd (dQ mode atomic)");
 }
 
-/* ATTN_SM90_DQ set: that mode alone. Unset: a child runs mode 1 (the tunable is read once a
- * process, before any device work), then this process mode 0, the default. */
+/* ATTN_SM90_DQ set: that mode alone. Unset: a child runs mode 1, the default (the tunable
+ * is read once a process, before any device work), then this process mode 0. */
 int main(void) {
   const char *env = getenv("ATTN_SM90_DQ");
   if (env && *env) {
@@ -394,6 +394,7 @@ int main(void) {
     fprintf(stderr, "test_cuda_sm90_bwd: the dQ mode 1 process did not exit normally\n");
     return 1;
   }
+  setenv("ATTN_SM90_DQ", "0", 1);
   const int tma_rc = WEXITSTATUS(status), atomic_rc = run_mode();
   if (tma_rc == 77 || atomic_rc == 77) return tma_rc == atomic_rc ? 77 : 1;
   return tma_rc || atomic_rc;

@@ -61,7 +61,10 @@ def compare_synthetic(tmp):
             rec("torch-cudnn", "bwd", 64, 4096, 1, error="no kernel for this shape"),
             rec("attnrun", "bwd", 64, 4096, 1, 120.0, deterministic=True, check="ok"),
             rec("attnrun-sm90", "bwd", 64, 4096, 1, 180.0, deterministic=True, check="ok"),
-            rec("attnrun-sm90-dqtma", "bwd", 64, 4096, 1, 264.0, check="ok"),
+            rec("attnrun-sm90-dqatomic", "bwd", 64, 4096, 1, 216.0, check="ok"),
+            dict(rec("attnrun-sm90", "bwd", 128, 8192, 0, 200.0, check="ok"), ablate=0, ms_median=14.0),
+            dict(rec("attnrun-sm90-ab3", "bwd", 128, 8192, 0, 250.0, check="ablated"), ablate=3, ms_median=10.5),
+            dict(rec("attnrun-sm90", "fwd", 128, 8192, 0, 999.0, check="ok"), ablate=3),
             rec("attnrun", "fwd", 192, 2048, 1, 100.0, hd_v=128, check="ok")]
     path, md = os.path.join(tmp, "syn.jsonl"), os.path.join(tmp, "syn.md")
     with open(path, "w") as f:
@@ -83,8 +86,13 @@ def compare_synthetic(tmp):
     check("deterministic rows against their own atomic rows (120/150, 180/240)",
           det is not None and "0.80 of atomic dQ" in det[5] and
           det90 is not None and "0.75 of atomic dQ" in det90[5])
-    tma = t.get(("bwd sm90 dQ by TMA", "64", "4096", "yes"))
-    check("TMA dQ row against sm90 atomics (264/240)", tma is not None and "1.10 of atomic dQ" in tma[6])
+    atom = t.get(("bwd sm90 dQ by atomics", "64", "4096", "yes"))
+    check("atomic dQ row against the sm90 default (216/240)", atom is not None and "0.90 of TMA dQ" in atom[6])
+    check("an ablation run's records stay out of the main table (sm90 fwd 660, not 999)",
+          fwd is not None and fwd[2] == "660.0")
+    abl = [l for l in open(md).read().splitlines() if l.startswith("| 128 | 8192 | no | dQ adds + dQ GEMM (3)")]
+    check("ablation row: 10.5 ms, 3.5 saved, 0.25 of the full kernel's 14",
+          len(abl) == 1 and "| 10.500 | 3.500 | 0.25 |" in abl[0])
     check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
     check("the device is named", "Test GPU" in p.stdout)
 
