@@ -220,6 +220,13 @@ FA_WGMMA_SS_T(fa_wgmma_ss_t_f16, "f16")
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
   "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
   "%87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define FA_WG_REGS88 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,  " \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,  " \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,  " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65,  " \
+  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81,  " \
+  "%82, %83, %84, %85, %86, %87}"
 /* d[96] += A B, m64n192k16, A K-major and B MN-major (three 64-column blocks LBO apart)
  * from shared memory: the (192, 128) backward's dK += dS^T Q. */
 #define FA_WGMMA_SS_T192(name, ty)                                                            \
@@ -232,6 +239,20 @@ FA_WGMMA_SS_T(fa_wgmma_ss_t_f16, "f16")
 FA_WGMMA_SS_T192(fa_wgmma_ss_t192_bf16, "bf16")
 FA_WGMMA_SS_T192(fa_wgmma_ss_t192_f16, "f16")
 #undef FA_WGMMA_SS_T192
+#define FA_WG_D88 FA_WG_D64, FA_WG_D8(64), FA_WG_D8(72), FA_WG_D8(80)
+/* d[88] (+)= A B, m64n176k16, A and B from shared memory, K-major; scale_d == 0 overwrites
+ * d: the forward's S = Q K^T over 176-key tiles (head dim 128, not causal). */
+#define FA_WGMMA_SS176(name, ty)                                                              \
+  FA_DEV void name(float d[88], uint64_t da, uint64_t db, int scale_d) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n176k16.f32." ty "." ty " " FA_WG_REGS88    \
+                 ", %88, %89, p, 1, 1, 0, 0;\n}\n"                                             \
+                 : FA_WG_D88                                                                  \
+                 : "l"(da), "l"(db), "r"(scale_d));                                           \
+  }
+FA_WGMMA_SS176(fa_wgmma_ss176_bf16, "bf16")
+FA_WGMMA_SS176(fa_wgmma_ss176_f16, "f16")
+#undef FA_WGMMA_SS176
 #define FA_WG_D16 FA_WG_D8(0), FA_WG_D8(8)
 #define FA_WG_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 /* d[16] (+)= A B, m64n32k16: A and B from shared memory, K-major; scale_d == 0 overwrites
@@ -353,6 +374,13 @@ FA_DEV void fa_wgmma_ss_t192_bf16(float d[96], uint64_t da, uint64_t db) {
 }
 FA_DEV void fa_wgmma_ss_t192_f16(float d[96], uint64_t da, uint64_t db) {
   emu_wgmma(d, 192, da, nullptr, db, 1, 0, 1, 0);
+}
+/* m64n176k16: A, B K-major (the forward's S over 176-key tiles) */
+FA_DEV void fa_wgmma_ss176_bf16(float d[88], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 176, da, nullptr, db, scale_d, 0, 0, 1);
+}
+FA_DEV void fa_wgmma_ss176_f16(float d[88], uint64_t da, uint64_t db, int scale_d) {
+  emu_wgmma(d, 176, da, nullptr, db, scale_d, 0, 0, 0);
 }
 /* m64n32k16: A, B K-major (the d = 256 backward's S^T, dP^T) */
 FA_DEV void fa_wgmma_ss32_bf16(float d[16], uint64_t da, uint64_t db, int scale_d) {

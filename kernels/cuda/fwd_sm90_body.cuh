@@ -7,7 +7,7 @@
  * head) each, gridDim.x apart; causal, the tiles that see the most keys come first.
  * Warp-specialised: a CTA has three warpgroups. Warpgroup 0 is the producer: one thread
  * loads each work tile's Q (once both consumers have released the last one on
- * "empty_q") and the K and V tiles of H_BN keys (128; 64 at head dim 256) into a ring of
+ * "empty_q") and the K and V tiles of H_BN keys (128; 176 at 128 not causal; 64 at 256) into a ring of
  * H_STAGES with TMA (128-byte swizzle, completing on "full" mbarriers with transaction
  * counts), K of tile j + 1 before V of tile j, the order the consumers use them in; its
  * second warp zero-fills,
@@ -27,8 +27,8 @@
  *    wgmma groups, waits for the first only and runs the softmax of S_j while P_{j-1} V_{j-1}
  *    is still on the tensor cores; then it waits for that, rescales O and packs P_j. Live
  *    across a slot: O (Dv / 2), S (H_BN / 2) and the packed P (H_BN / 4) registers a
- *    thread (Dqk only sets the number of k-steps of S): 64 + 64 + 32 at 128, 128 + 32 + 16
- *    at 256, where a 128-key S would not fit in the consumers' 232 registers.
+ *    thread (Dqk only sets the number of k-steps of S): 64 + 64 + 32 at 128 causal, 64 +
+ *    88 + 44 at 128 with 176-key tiles, 128 + 32 + 16 at 256, where a 128-key S would not fit in the consumers' 232 registers.
  *  - between the warpgroups, named barriers order the issues WG1 slot 0, WG2 slot 0, WG1
  *    slot 1, ...: each warpgroup waits on its own barrier before issuing and arrives on the
  *    other's right after, so one warpgroup's softmax runs under the other's GEMMs. Both
@@ -64,15 +64,20 @@
 #endif
 
 #define H_BM 128 /* query rows per CTA: two consumer warpgroups of 64 */
-/* keys per tile: 128, and 64 at (256, 256), where O alone is 128 floats a thread: S of 128
- * keys (64 floats + 32 packed P) would not fit beside it in 232 registers, S of 64 keys (32
- * + 16) does (traits.h FA_SM90_FWD_BN, which the stats' tile counts use, says the same) */
+/* keys per tile: 128; 176 at (128, 128) not causal, FlashAttention-3's choice there (more
+ * work per slot for the same softmax bookkeeping and barriers: S 88 + P 44 + O 64 floats a
+ * thread; causal keeps 128, whose diagonal tiles waste less); and 64 at (256, 256), where O
+ * alone is 128 floats a thread: S of 128 keys (64 floats + 32 packed P) would not fit
+ * beside it in 232 registers, S of 64 keys (32 + 16) does (traits.h FA_SM90_FWD_BN, which
+ * the stats' tile counts use, says the same) */
 #if DQK == 256
 #define H_BN 64
+#elif DQK == 128 && !FA_CAUSAL
+#define H_BN 176
 #else
 #define H_BN 128
 #endif
-#if H_BN != FA_SM90_FWD_BN(DQK, DV)
+#if H_BN != FA_SM90_FWD_BN(DQK, DV, FA_CAUSAL)
 #error "H_BN and traits.h FA_SM90_FWD_BN disagree"
 #endif
 #define H_SN (H_BN / 2) /* S floats a thread: the m64n(H_BN) D fragment */
@@ -84,7 +89,7 @@
  * (192, 128) a stage is 80 KB (K 48, V 32) and Q 48 KB: 2 stages, 209 KB (3 would be 289);
  * at (256, 256) a stage of 64 keys is 64 KB (K 32, V 32) and Q 64 KB: 2 stages, 193 KB (3
  * would be 257). */
-#define H_STAGES (DQK == 64 ? 6 : DQK == 128 ? 3 : 2)
+#define H_STAGES (DQK == 64 ? 6 : DQK == 128 && H_BN == 128 ? 3 : 2) /* 176 keys: 2, 209 KB */
 #define H_THREADS 384
 #define H_CB FA_TMAP_CB /* elements in a 128-byte swizzled column block (a TMA box row) */
 #define H_NCB_QK (DQK / H_CB) /* column blocks of a Q or K row: 1, 2 or 3 */
@@ -106,12 +111,14 @@
 
 /* h_wgmma_qk: S = Q K^T, m64n(H_BN)k16; h_wgmma_pv: O += P V, m64n(DV)k16 */
 #if FA_BF16
+#define h_wgmma_qk_176 fa_wgmma_ss176_bf16
 #define h_wgmma_qk_128 fa_wgmma_ss_bf16
 #define h_wgmma_qk_64 fa_wgmma_ss64_bf16
 #define h_wgmma_pv_256 fa_wgmma_rs256_t_bf16
 #define h_wgmma_pv_128 fa_wgmma_rs_t_bf16
 #define h_wgmma_pv_64 fa_wgmma_rs64_t_bf16
 #else
+#define h_wgmma_qk_176 fa_wgmma_ss176_f16
 #define h_wgmma_qk_128 fa_wgmma_ss_f16
 #define h_wgmma_qk_64 fa_wgmma_ss64_f16
 #define h_wgmma_pv_256 fa_wgmma_rs256_t_f16
@@ -185,7 +192,7 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
  * forward's FA_FWD_Q_IN_REGS. (With only some of these changes ptxas still spilled at 256;
  * at 128 and 192 x 128 they make it spill instead, so those keep their code, SASS
  * unchanged.) H_ROW_ARGS: the consumer's arguments of h_softmax, either way. */
-#define H_ROWS_IN_REGS FA_SM90_FWD_ROWS_IN_REGS(DQK)
+#define H_ROWS_IN_REGS (FA_SM90_FWD_ROWS_IN_REGS(DQK) && H_BN <= 128) /* 176: as at 256 */
 #if H_ROWS_IN_REGS
 #define H_ROW_PARAMS const int ipos[2], const int lo_r[2], const int hi_r[2]
 #define H_ROW_ARGS ipos, lo_r, hi_r

@@ -186,7 +186,7 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
     *keys = FA_BWD_BN(dqk, dv);
   } else if (sm90) {
     *rows = SM90_ROWS;
-    *keys = FA_SM90_FWD_BN(dqk, dv);
+    *keys = FA_SM90_FWD_BN(dqk, dv, p->causal);
   } else {
     int pack, nsplit; /* packed GQA: FA_FWD_BM / pack positions of each head a tile */
     attn_cuda_fwd_plan(p, &pack, &nsplit);

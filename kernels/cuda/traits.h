@@ -42,7 +42,9 @@
  * warpgroups (a TMA producer, two wgmma consumers) and 168 registers at entry rebalanced
  * by setmaxnreg to 40 (producer) / 232 (consumers), no spills. The forward
  * (fwd_sm90_body.cuh): 128 rows x 128 keys (FA_SM90_FWD_BN), consumers of 64 rows, a K/V
- * ring of 3 stages at 128 (225 KB of shared memory) or 6 at 64 (209 KB: half the work a
+ * ring of 3 stages at 128 causal (225 KB of shared memory), 2 of 176 keys at 128 not
+ * causal (209 KB; S 88 + P 44 + O 64 floats a thread, the rows' key ranges recomputed per
+ * masked tile as at 256: kept in registers they spilled 4 bytes) or 6 at 64 (209 KB: half the work a
  * tile, twice the tiles in flight) or 2 at 192 x 128 (209 KB: Q and K 48 KB a tile); at
  * 256, 128 rows x 64 keys (O is 128 floats a thread: a 128-key S, 64 floats + 32 packed P,
  * would not fit beside it in 232 registers) and 2 stages of 64 KB (193 KB). The backward (bwd_sm90_body.cuh): 128 keys per CTA, consumers of 64
@@ -72,8 +74,9 @@
 #define FA_FWD_Q_IN_REGS(dqk) ((dqk) <= 192)
 
 /* keys per tile of the Hopper forward (fwd_sm90_body.cuh H_BN; 128 query rows): 64 at
- * Dqk 256, 128 below */
-#define FA_SM90_FWD_BN(dqk, dv) ((dqk) > 192 ? 64 : 128)
+ * Dqk 256, 176 at (128, 128) not causal (FlashAttention-3's tile there), 128 otherwise */
+#define FA_SM90_FWD_BN(dqk, dv, causal) \
+  ((dqk) > 192 ? 64 : (dqk) == 128 && (dv) == 128 && !(causal) ? 176 : 128)
 /* Does the Hopper forward keep its rows' key ranges in registers across the key tiles (up
  * to Dqk 192), or recompute them at each tile that needs them (256: O's 128 registers)? */
 #define FA_SM90_FWD_ROWS_IN_REGS(dqk) ((dqk) <= 192)

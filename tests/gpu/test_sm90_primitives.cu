@@ -16,7 +16,9 @@
  * product too; so do m64n32k16 with both operands K-major, B starting 32 rows into its
  * tile, and m64n128k16 with A K-major and B MN-major from shared memory (head dim 256's
  * backward: S^T, dP^T on half the rows; dV, dK on half the columns), and m64n192k16 with
- * A K-major and B MN-major over three 64-column blocks (the (192, 128) backward's dK); and
+ * A K-major and B MN-major over three 64-column blocks (the (192, 128) backward's dK), and
+ * m64n176k16 with both K-major, B written by the threads (the forward's S over 176-key
+ * tiles); and
  * setmaxnreg moves
  * registers as the sm90 kernels split a 384-thread CTA (a wrong split hangs: the ctest
  * times out). Inputs are small integers (or raw 16-bit patterns), so results are exact
@@ -58,6 +60,7 @@ struct prim_out {
   float d9[M * 32];             /* m64n32k16: SS K-major, Bk rows 32..63 */
   float d10[M * N];             /* m64n128k16: SS, A K-major, B MN-major (V) */
   float d11[M * 192];           /* m64n192k16: SS, A K-major, B MN-major (V2's first 3 blocks) */
+  float d12[M * 176];           /* m64n176k16: SS K-major, B = G176 written by the threads */
 };
 
 /* The m64nNk16 D fragment d of thread t into out [64][N]: rows 16w + g (+8), columns
@@ -67,6 +70,12 @@ template <int NC> FA_DEV void store_dn(float *out, const float *d, int t) {
   for (int i = 0; i < NC / 8; i++)
     for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >> 1)) * NC + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
 }
+
+/* G176[n][k] (the N=176 check's B, small integers): its value, and its bf16 bits for the
+ * device (exact, as bf16_of_int: a float of |x| <= 2 has its upper 16 bits exact) */
+#define G176(n, k) (((n) * 3 + (k) * 7) % 5 - 2)
+#define G176_BITS(n, k) ((uint16_t)(G176(n, k) == 0 ? 0 : G176(n, k) == 1 ? 0x3F80 : G176(n, k) == 2 ? 0x4000 \
+                                   : G176(n, k) == -1 ? 0xBF80 : 0xC000))
 
 /* Row r of the two stored boxes (r < 64: the first), column c: a raw bf16 bit pattern. */
 #define Y_PATTERN(r, c) ((uint16_t)(0x4000 + (((r) * 64 + (c)) * 7 & 0x3FF)))
@@ -279,6 +288,21 @@ FA_KERNEL(128) prim256_kernel(const FA_GRID_CONST prim_maps maps, const uint16_t
   fa_wgmma_commit();
   fa_wgmma_wait<0>();
   store_dn<192>(out->d11, f, t);
+  /* D12 = A G176^T: m64n176k16, both K-major (the forward's S over 176-key tiles); G176
+   * [176][64] written by the threads into sV2's room (its wgmmas have retired), swizzled
+   * as TMA lands rows, made visible to the async proxy */
+  FA_SYNC();
+  for (int r = t; r < 176; r += 128)
+    for (int c = 0; c < 64; c++)
+      sV2[(r * 128 + 16 * ((c / 8) ^ (r % 8)) + 2 * (c % 8)) / 2] = G176_BITS(r, c);
+  fa_fence_proxy_async();
+  FA_SYNC();
+  fa_wgmma_fence();
+  for (int kk = 0; kk < K / 16; kk++)
+    fa_wgmma_ss176_bf16(f, fa_wgmma_desc(a + 32 * kk, 16, 1024), fa_wgmma_desc(v2 + 32 * kk, 16, 1024), kk > 0);
+  fa_wgmma_commit();
+  fa_wgmma_wait<0>();
+  store_dn<176>(out->d12, f, t);
 #else
   (void)maps;
   (void)p_bits;
@@ -418,7 +442,7 @@ int main(int argc, char **argv) {
     td_sync();
   }
   if (run_wide) {
-    printf("test_sm90_primitives: prim256_kernel (wgmma N=256 RS, N=192 SS)\n");
+    printf("test_sm90_primitives: prim256_kernel (wgmma N=256 RS, N=192 SS, N=176 SS)\n");
     fflush(stdout);
     FA_LAUNCH(prim256_kernel, dim3(1), dim3(128), smem256, NULL, maps, (const uint16_t *)dp, dout);
     td_sync();
@@ -487,6 +511,14 @@ int main(int argc, char **argv) {
       if (out.d11[m * 192 + n] != (float)s12 && bad12++ < 5)
         printf("FAIL: N=192 SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d11[m * 192 + n], s12);
     }
+  int bad13 = 0;
+  for (int m = 0; m < M * run_wide; m++)
+    for (int n = 0; n < 176; n++) {
+      int s13 = 0;
+      for (int k = 0; k < K; k++) s13 += fA(m, k) * G176(n, k);
+      if (out.d12[m * 176 + n] != (float)s13 && bad13++ < 5)
+        printf("FAIL: N=176 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d12[m * 176 + n], s13);
+    }
   int bad3 = 0, bad4 = 0, bad6 = 0;
   for (int m = 0; m < M * run_tiles; m++)
     for (int n = 0; n < 64; n++) {
@@ -507,14 +539,16 @@ int main(int argc, char **argv) {
     for (int c = 0; c < 64; c++)
       if (y[row * 64 + c] != y_want(row, c) && bad5++ < 5)
         printf("FAIL: TMA store Y[%d][%d] = 0x%04x, want 0x%04x\n", row, c, y[row * 64 + c], y_want(row, c));
-  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad10 + bad11 + bad12 + bad_nreg;
+  fails += bad1 + bad2 + bad3 + bad4 + bad5 + bad6 + bad7 + bad8 + bad9 + bad10 + bad11 + bad12 + bad13 + bad_nreg;
   if (run_tiles)
     printf("prim_kernel: TMA box %s, wgmma SS K-major %d wrong, RS MN-major %d wrong, N=64 SS K-major %d "
            "wrong, N=64 SS A,B MN-major %d wrong, N=64 RS MN-major %d wrong, TMA store %d wrong, "
            "thread-written operand %d wrong, D as A %d wrong, N=32 SS K-major %d wrong, SS A K-major "
            "B MN-major %d wrong\n",
            bad_box ? "WRONG" : "ok", bad1, bad2, bad3, bad4, bad6, bad5, bad7, bad8, bad10, bad11);
-  if (run_wide) printf("prim256_kernel: N=256 RS MN-major %d wrong, N=192 SS A K-major B MN-major %d wrong\n", bad9, bad12);
+  if (run_wide)
+    printf("prim256_kernel: N=256 RS MN-major %d wrong, N=192 SS A K-major B MN-major %d wrong, N=176 SS "
+           "K-major %d wrong\n", bad9, bad12, bad13);
   if (run_nreg) printf("nreg_kernel: setmaxnreg %d wrong\n", bad_nreg);
   printf("test_sm90_primitives (%s): %s\n", only, fails ? "FAILED" : "all passed");
   td_free(dx);
