@@ -351,12 +351,6 @@ if [ -n "$SANITIZER" ]; then
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
-# Random problems through attnrun --backend cuda (the default kernels), each against the
-# float64 oracle, for what time is left; the log has each command (tests/cli/random_sweep.py).
-STAGE_NOTE="random_sweep.py, seed = day of the year, 1 rank"
-stage random 75 python3 "$ROOT/tests/cli/random_sweep.py" --attnrun "$BUILD/launch/attnrun" --backend cuda \
-  --max-ranks 1 --count 200 --seconds 50 --timeout 20 --seed "$((10#$(date +%j)))"
-
 # Hardware counters of the kernels furthest from their targets (ncu, --clock-control none as
 # the device notes ask; one launch each, d=128 bf16 N=8K non-causal, the bench's validating
 # call): the mma.sync forward (0.17x cuDNN on 2026-12-04), the sm90 backward (0.36x) and the
@@ -378,9 +372,24 @@ if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
     STAGE_NOTE="ncu: $pkernel (ncu-$pname.txt)"
     stage "ncu-$pname" 60 bash -c "$(declare -f profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' profile $spec"
   done
+  # Where in the sm90 backward the warps stall: the PC-sampling source counters into a
+  # report (ncu-sm90-bwd-source.ncu-rep), then, if this ncu can print it, its SASS page
+  # with per-instruction samples (ncu-sm90-bwd-source.csv); the report comes back either way.
+  STAGE_NOTE="ncu: sm90 backward source counters (ncu-sm90-bwd-source.*)"
+  stage ncu-sm90-bwd-source 60 bash -c "'$NCU' --clock-control none -k flash_bwd_hd128_bf16_sm90 -c 1 \
+      --section SourceCounters --section WarpStateStats -f -o '$DEST/ncu-sm90-bwd-source' \
+      '$BENCH_BIN' --path sm90 --n 8192 --hd 128 --reps 1 --warmup 0 >/dev/null &&
+    { '$NCU' --import '$DEST/ncu-sm90-bwd-source.ncu-rep' --page source --print-source sass --csv \
+        >'$DEST/ncu-sm90-bwd-source.csv' || echo 'this ncu did not print the source page'; }"
 else
   S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")
 fi
+
+# Random problems through attnrun --backend cuda (the default kernels), each against the
+# float64 oracle, for what time is left; the log has each command (tests/cli/random_sweep.py).
+STAGE_NOTE="random_sweep.py, seed = day of the year, 1 rank"
+stage random 75 python3 "$ROOT/tests/cli/random_sweep.py" --attnrun "$BUILD/launch/attnrun" --backend cuda \
+  --max-ranks 1 --count 200 --seconds 50 --timeout 20 --seed "$((10#$(date +%j)))"
 
 # ---- 4. summary ---------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))
