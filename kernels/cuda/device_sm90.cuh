@@ -148,16 +148,21 @@ FA_DEV void fa_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory")
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-/* d[64] (+)= A B, m64n128k16, f32 accumulators (the m64nNk16 D fragment); A and B both
- * from shared memory, K-major (no transpose); scale_d == 0 overwrites d. */
-#define FA_WGMMA_SS(name, ty)                                                                 \
-  FA_DEV void name(float d[64], uint64_t da, uint64_t db, int scale_d) {                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " FA_WG_REGS64    \
-                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                             \
-                 : FA_WG_D64                                                                  \
+/* d[ND] (+)= A B, m64nNk16, f32 accumulators (the m64nNk16 D fragment, D_OUT its asm
+ * outputs, D_REGS their operand list); A and B both from shared memory, each K-major (TA /
+ * TB "0") or MN-major ("1"); scale_d == 0 overwrites d. OA, OB, OS: the operand numbers of
+ * da, db and scale_d (ND, ND + 1, ND + 2). */
+#define FA_WGMMA_SS_N(name, ty, N, ND, D_OUT, D_REGS, OA, OB, OS, ta, tb)                    \
+  FA_DEV void name(float d[ND], uint64_t da, uint64_t db, int scale_d) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #OS ", 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." ty "." ty " " D_REGS       \
+                 ", %" #OA ", %" #OB ", p, 1, 1, " ta ", " tb ";\n}\n"                        \
+                 : D_OUT                                                                      \
                  : "l"(da), "l"(db), "r"(scale_d));                                           \
   }
+/* m64n128k16, K-major: the forward's S = Q K^T over 128-key tiles. */
+#define FA_WGMMA_SS(name, ty) \
+  FA_WGMMA_SS_N(name, ty, 128, 64, FA_WG_D64, FA_WG_REGS64, 64, 65, 66, "0", "0")
 /* d[64] += A B, m64n128k16: A from registers (the m16n8k16 A fragment of each warp's 16
  * rows, packed pairs), B from shared memory MN-major (transposed). */
 #define FA_WGMMA_RS_T(name, ty)                                                               \
@@ -171,16 +176,9 @@ FA_DEV void fa_reg_fence_u32(uint32_t &x) { asm volatile("" : "+r"(x)::"memory")
 #define FA_WG_REGS32                                                                       \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-/* d[32] (+)= A B, m64n64k16 (the backward): A and B from shared memory, each K-major (TA /
- * TB 0) or MN-major (1), as immediates; scale_d == 0 overwrites d. */
-#define FA_WGMMA_SS64(name, ty, ta, tb)                                                       \
-  FA_DEV void name(float d[32], uint64_t da, uint64_t db, int scale_d) {                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " " FA_WG_REGS32     \
-                 ", %32, %33, p, 1, 1, " ta ", " tb ";\n}\n"                                   \
-                 : FA_WG_D32                                                                  \
-                 : "l"(da), "l"(db), "r"(scale_d));                                           \
-  }
+/* d[32] (+)= A B, m64n64k16 (the backward; the forward at head dim 64), TA / TB as above. */
+#define FA_WGMMA_SS64(name, ty, ta, tb) \
+  FA_WGMMA_SS_N(name, ty, 64, 32, FA_WG_D32, FA_WG_REGS32, 32, 33, 34, ta, tb)
 FA_WGMMA_SS(fa_wgmma_ss_bf16, "bf16")
 FA_WGMMA_SS(fa_wgmma_ss_f16, "f16")
 FA_WGMMA_RS_T(fa_wgmma_rs_t_bf16, "bf16")
@@ -240,37 +238,26 @@ FA_WGMMA_SS_T192(fa_wgmma_ss_t192_bf16, "bf16")
 FA_WGMMA_SS_T192(fa_wgmma_ss_t192_f16, "f16")
 #undef FA_WGMMA_SS_T192
 #define FA_WG_D88 FA_WG_D64, FA_WG_D8(64), FA_WG_D8(72), FA_WG_D8(80)
-/* d[88] (+)= A B, m64n176k16, A and B from shared memory, K-major; scale_d == 0 overwrites
- * d: the forward's S = Q K^T over 176-key tiles (head dim 128, not causal). */
-#define FA_WGMMA_SS176(name, ty)                                                              \
-  FA_DEV void name(float d[88], uint64_t da, uint64_t db, int scale_d) {                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n176k16.f32." ty "." ty " " FA_WG_REGS88    \
-                 ", %88, %89, p, 1, 1, 0, 0;\n}\n"                                             \
-                 : FA_WG_D88                                                                  \
-                 : "l"(da), "l"(db), "r"(scale_d));                                           \
-  }
+/* d[88] (+)= A B, m64n176k16, K-major: the forward's S = Q K^T over 176-key tiles (head dim
+ * 128, not causal). */
+#define FA_WGMMA_SS176(name, ty) \
+  FA_WGMMA_SS_N(name, ty, 176, 88, FA_WG_D88, FA_WG_REGS88, 88, 89, 90, "0", "0")
 FA_WGMMA_SS176(fa_wgmma_ss176_bf16, "bf16")
 FA_WGMMA_SS176(fa_wgmma_ss176_f16, "f16")
 #undef FA_WGMMA_SS176
 #define FA_WG_D16 FA_WG_D8(0), FA_WG_D8(8)
 #define FA_WG_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-/* d[16] (+)= A B, m64n32k16: A and B from shared memory, K-major; scale_d == 0 overwrites
- * d: the head-dim-256 backward's S^T and dP^T, each consumer 32 of the 64 query rows. */
-#define FA_WGMMA_SS32(name, ty)                                                               \
-  FA_DEV void name(float d[16], uint64_t da, uint64_t db, int scale_d) {                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." ty "." ty " " FA_WG_REGS16     \
-                 ", %16, %17, p, 1, 1, 0, 0;\n}\n"                                             \
-                 : FA_WG_D16                                                                  \
-                 : "l"(da), "l"(db), "r"(scale_d));                                           \
-  }
+/* d[16] (+)= A B, m64n32k16, K-major: the head-dim-256 backward's S^T and dP^T, each
+ * consumer 32 of the 64 query rows. */
+#define FA_WGMMA_SS32(name, ty) \
+  FA_WGMMA_SS_N(name, ty, 32, 16, FA_WG_D16, FA_WG_REGS16, 16, 17, 18, "0", "0")
 FA_WGMMA_SS32(fa_wgmma_ss32_bf16, "bf16")
 FA_WGMMA_SS32(fa_wgmma_ss32_f16, "f16")
 #undef FA_WGMMA_SS_T
 #undef FA_WGMMA_SS32
 #undef FA_WGMMA_SS
 #undef FA_WGMMA_SS64
+#undef FA_WGMMA_SS_N
 #undef FA_WGMMA_RS_T
 #undef FA_WGMMA_RS64_T
 /* d[128] += A B, m64n256k16: A from registers (as FA_WGMMA_RS_T), B from shared memory
