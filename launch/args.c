@@ -283,6 +283,10 @@ static int apply_value(run_args *a, const flag_def *f, const char *v, char *err,
   case K_SIZE:
     if (args_parse_size(v, 0, &n))
       return launch_fail(err, errlen, "%s '%s': expected a size such as 4096, 4K or 1M", f->name, v);
+    /* positions and cu_seqlens are int32 in the kernels, and the run's estimate walks the
+     * rows by tiles: a size past 2^31 - 1 would hang there before any refusal */
+    if (n > INT32_MAX)
+      return launch_fail(err, errlen, "%s '%s': at most 2147483647 (2G - 1)", f->name, v);
     *(int64_t *)field = n;
     return 0;
   case K_INT:
