@@ -73,9 +73,12 @@ static int set_varlen(run_args *a, const char *v, char *err, size_t errlen) {
     size_t n = strcspn(p, ",");
     int64_t len;
     snprintf(buf, sizeof buf, "%.*s", (int)(n < 31 ? n : 31), p);
-    if (args_parse_size(buf, 0, &len) || len < 1 || len > INT32_MAX)
+    /* a listed length may be 0 (an empty sequence: its rows are none, as cu_seqlens
+     * allows); a count N at least 1 */
+    if (args_parse_size(buf, 0, &len) || len < (a->varlen_explicit ? 0 : 1) || len > INT32_MAX)
       return launch_fail(err, errlen,
-                     "--varlen '%s': expected N (N random lengths) or a list L1,L2,...", v);
+                         "--varlen '%s': expected N >= 1 (N random lengths) or a list "
+                         "L1,L2,... of lengths >= 0", v);
     if (a->varlen_count == ARGS_MAX_VARLEN)
       return launch_fail(err, errlen, "--varlen: more than %d lengths", ARGS_MAX_VARLEN);
     a->varlen_lens[a->varlen_count++] = (int32_t)len;
@@ -490,7 +493,8 @@ void args_usage(FILE *out, const char *prog) {
       "  --sinks            per-head sink logits, generated U[0,2) (--load: sinks.npy if present)\n"
       "  --alibi            ALiBi slopes 2^(-8(h+1)/Hq) (--load: alibi.npy if present)\n"
       "  --varlen N|L1,..   pack sequences along S (B=1): N of random lengths splitting Sq and\n"
-      "                     Skv alike, or the listed lengths (both Sq and Skv; sum = --seq)\n"
+      "                     Skv alike, or the listed lengths (both Sq and Skv; sum = --seq;\n"
+      "                     0 = an empty sequence)\n"
       "  --sparse SPEC      block-sparse tile mask, SPEC = key=value list from local, stride,\n"
       "                     global, random (blocks), block (tile size, default 64), seed\n"
       "                     e.g. local=2,stride=4,global=1,random=1,block=64\n"

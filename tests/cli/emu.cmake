@@ -29,6 +29,8 @@ cli_emu(bwd_features --seq 70 --seq-kv 111 --heads 2 --head-dim 64 --window 40,1
         --alibi --softcap 20 --bwd --check 8)
 cli_emu(bwd_f16_varlen --dtype f16 --varlen 3 --seq 120 --heads 2 --head-dim 64 --causal --bwd
         --check 8)
+# empty sequences in the pack: their tiles and key blocks are none on the device too
+cli_emu(bwd_varlen_empty --varlen 10,0,5,0 --seq 15 --heads 2 --head-dim 64 --bwd --check 8)
 cli_emu(fwd_f32_sparse --dtype f32 --seq 128 --heads 2 --head-dim 64 --causal --check 8
         --sparse local=1,stride=3,global=1,random=1,block=32)
 # the TP layer on a device with every spec array (varlen cu_seqlens, sinks, ALiBi slopes): the
