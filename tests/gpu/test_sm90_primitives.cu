@@ -374,6 +374,20 @@ static uint16_t y_want(int row, int c) {
 
 static int fA(int m, int k) { return (m * 7 + k * 3) % 5 - 2; }
 static int fB(int n, int k) { return (n * 5 + k * 11) % 7 - 3; }
+/* Elements of D[rows][cols] (row-major) that differ from bias + the sum over k < K of
+ * term(m, n, k), the first five printed as "FAIL: <what> D[m][n] = got, want w". */
+template <class F>
+static int check_d(const char *what, const float *d, int rows, int cols, int bias, F term) {
+  int bad = 0;
+  for (int m = 0; m < rows; m++)
+    for (int n = 0; n < cols; n++) {
+      int w = bias;
+      for (int k = 0; k < K; k++) w += term(m, n, k);
+      if (d[m * cols + n] != (float)w && bad++ < 5)
+        printf("FAIL: %s D[%d][%d] = %g, want %d\n", what, m, n, (double)d[m * cols + n], w);
+    }
+  return bad;
+}
 static int fP(int m, int k) { return (m * 3 + k * 13) % 5 - 2; }
 static int fV(int k, int n) { return (k * 9 + n * 7) % 5 - 2; }
 static int fV2(int k, int n) { return (k * 5 + n * 3) % 7 - 3; }
@@ -464,74 +478,33 @@ int main(int argc, char **argv) {
   for (int t = 0; t < 128 && run_tiles; t++) bad_box += out.bad_box[t];
   if (out.no_sm90) printf("FAIL: the kernel ran without sm_90a code\n"), fails++;
   if (bad_box) printf("FAIL: %d TMA box elements not where the 128-byte swizzle puts them\n", bad_box), fails++;
-  int bad1 = 0, bad2 = 0;
-  for (int m = 0; m < M * run_tiles; m++)
-    for (int n = 0; n < N; n++) {
-      int s1 = 0, s2 = 1;
-      for (int k = 0; k < K; k++) s1 += fA(m, k) * fB(n, k), s2 += fP(m, k) * fV(k, n);
-      if (out.d1[m * N + n] != (float)s1 && bad1++ < 5)
-        printf("FAIL: SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d1[m * N + n], s1);
-      if (out.d2[m * N + n] != (float)s2 && bad2++ < 5)
-        printf("FAIL: RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d2[m * N + n], s2);
-    }
-  int bad7 = 0, bad8 = 0;
-  for (int m = 0; m < M * run_tiles; m++)
-    for (int n = 0; n < N; n++) {
-      int s7 = 0;
-      for (int k = 0; k < K; k++) s7 += fA(m, k) * fV(k, n);
-      if (n < 64 && out.d6[m * 64 + n] != (float)fA(m, n) && bad7++ < 5)
-        printf("FAIL: wgmma of thread-written G: D[%d][%d] = %g, want %d\n", m, n, (double)out.d6[m * 64 + n], fA(m, n));
-      if (out.d7[m * N + n] != (float)s7 && bad8++ < 5)
-        printf("FAIL: D fragment reused as A: D[%d][%d] = %g, want %d\n", m, n, (double)out.d7[m * N + n], s7);
-    }
+  /* each product D[rows][cols] against its integer sum (the bias 1 where D started at 1) */
+  const int Mt = M * run_tiles, Mw = M * run_wide;
+  const int bad1 = check_d("SS K-major", out.d1, Mt, N, 0,
+                         [](int m, int n, int k) { return fA(m, k) * fB(n, k); });
+  const int bad2 = check_d("RS MN-major", out.d2, Mt, N, 1,
+                         [](int m, int n, int k) { return fP(m, k) * fV(k, n); });
+  const int bad7 = check_d("wgmma of thread-written G:", out.d6, Mt, 64, 0, /* want fA(m, n) */
+                         [](int m, int n, int k) { return k == 0 ? fA(m, n) : 0; });
+  const int bad8 = check_d("D fragment reused as A:", out.d7, Mt, N, 0,
+                         [](int m, int n, int k) { return fA(m, k) * fV(k, n); });
   if (bad_nreg) printf("FAIL: %d setmaxnreg consumer outputs wrong\n", bad_nreg);
-  int bad9 = 0;
-  for (int m = 0; m < M * run_wide; m++)
-    for (int n = 0; n < N2; n++) {
-      int s9 = 1;
-      for (int k = 0; k < K; k++) s9 += fP(m, k) * fV2(k, n);
-      if (out.d8[m * N2 + n] != (float)s9 && bad9++ < 5)
-        printf("FAIL: N=256 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d8[m * N2 + n], s9);
-    }
-  int bad10 = 0, bad11 = 0;
-  for (int m = 0; m < M * run_tiles; m++)
-    for (int n = 0; n < N; n++) {
-      int s10 = 0, s11 = 1;
-      for (int k = 0; k < K; k++) s10 += fA(m, k) * fB(32 + n % 32, k), s11 += fA(m, k) * fV(k, n);
-      if (n < 32 && out.d9[m * 32 + n] != (float)s10 && bad10++ < 5)
-        printf("FAIL: N=32 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d9[m * 32 + n], s10);
-      if (out.d10[m * N + n] != (float)s11 && bad11++ < 5)
-        printf("FAIL: SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d10[m * N + n], s11);
-    }
-  int bad12 = 0;
-  for (int m = 0; m < M * run_wide; m++)
-    for (int n = 0; n < 192; n++) {
-      int s12 = 1;
-      for (int k = 0; k < K; k++) s12 += fA(m, k) * fV2(k, n);
-      if (out.d11[m * 192 + n] != (float)s12 && bad12++ < 5)
-        printf("FAIL: N=192 SS A K-major, B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d11[m * 192 + n], s12);
-    }
-  int bad13 = 0;
-  for (int m = 0; m < M * run_wide; m++)
-    for (int n = 0; n < 176; n++) {
-      int s13 = 0;
-      for (int k = 0; k < K; k++) s13 += fA(m, k) * G176(n, k);
-      if (out.d12[m * 176 + n] != (float)s13 && bad13++ < 5)
-        printf("FAIL: N=176 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d12[m * 176 + n], s13);
-    }
-  int bad3 = 0, bad4 = 0, bad6 = 0;
-  for (int m = 0; m < M * run_tiles; m++)
-    for (int n = 0; n < 64; n++) {
-      int s3 = 0, s4 = 0, s6 = 1;
-      for (int k = 0; k < K; k++)
-        s3 += fA(m, k) * fB(n, k), s4 += fV(k, m) * fV(k, 64 + n), s6 += fP(m, k) * fV(k, 64 + n);
-      if (out.d5[m * 64 + n] != (float)s6 && bad6++ < 5)
-        printf("FAIL: N=64 RS MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d5[m * 64 + n], s6);
-      if (out.d3[m * 64 + n] != (float)s3 && bad3++ < 5)
-        printf("FAIL: N=64 SS K-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d3[m * 64 + n], s3);
-      if (out.d4[m * 64 + n] != (float)s4 && bad4++ < 5)
-        printf("FAIL: N=64 SS A,B MN-major D[%d][%d] = %g, want %d\n", m, n, (double)out.d4[m * 64 + n], s4);
-    }
+  const int bad9 = check_d("N=256 RS MN-major", out.d8, Mw, N2, 1,
+                         [](int m, int n, int k) { return fP(m, k) * fV2(k, n); });
+  const int bad10 = check_d("N=32 SS K-major", out.d9, Mt, 32, 0,
+                         [](int m, int n, int k) { return fA(m, k) * fB(32 + n, k); });
+  const int bad11 = check_d("SS A K-major, B MN-major", out.d10, Mt, N, 1,
+                         [](int m, int n, int k) { return fA(m, k) * fV(k, n); });
+  const int bad12 = check_d("N=192 SS A K-major, B MN-major", out.d11, Mw, 192, 1,
+                         [](int m, int n, int k) { return fA(m, k) * fV2(k, n); });
+  const int bad13 = check_d("N=176 SS K-major", out.d12, Mw, 176, 0,
+                         [](int m, int n, int k) { return fA(m, k) * G176(n, k); });
+  const int bad6 = check_d("N=64 RS MN-major", out.d5, Mt, 64, 1,
+                         [](int m, int n, int k) { return fP(m, k) * fV(k, 64 + n); });
+  const int bad3 = check_d("N=64 SS K-major", out.d3, Mt, 64, 0,
+                         [](int m, int n, int k) { return fA(m, k) * fB(n, k); });
+  const int bad4 = check_d("N=64 SS A,B MN-major", out.d4, Mt, 64, 0,
+                         [](int m, int n, int k) { return fV(k, m) * fV(k, 64 + n); });
   static uint16_t y[(YR + Y_GUARD) * 64];
   td_download(y, dy, sizeof y);
   int bad5 = 0;
