@@ -26,7 +26,12 @@ def start(name):
     except attnrun.AttnError as e:
         print(f"{name}: no {backend} context ({e}), skipped")
         sys.exit(77)
-    seed = COMM.bcast(int.from_bytes(os.urandom(4), "little") if RANK == 0 else None)
+    # a fresh seed each run (ATTN_TEST_SEED repeats one), printed so a failure can be rerun
+    env_seed = os.environ.get("ATTN_TEST_SEED")
+    seed = int(env_seed) if env_seed else int.from_bytes(os.urandom(4), "little")
+    seed = COMM.bcast(seed if RANK == 0 else None)
+    if RANK == 0:
+        print(f"{name}: seed {seed} (ATTN_TEST_SEED={seed} repeats it)", flush=True)
     return ctx, np.random.default_rng(seed)
 
 

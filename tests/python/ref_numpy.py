@@ -76,6 +76,15 @@ def forward(q, k, v, **spec):
     return o, lse
 
 
+def sink_terms(o, lse, do, sinks):
+    """[Hq]: sum_i e^(sink_h - lse_i) sum_d |dO_id O_id|, the size of the terms whose signed sum
+    is d(sink_h) = -sum_i e^(sink_h - lse_i) dO_i . O_i. One head's sum can cancel to far below
+    its terms, so its error is judged against this, not against d(sink_h) itself."""
+    w = np.exp(np.asarray(sinks, np.float64)[None, :, None] - lse)  # [B, Hq, S]
+    mag = np.abs(do * o).sum(-1).transpose(0, 2, 1)                  # [B, Hq, S]
+    return np.where(np.isfinite(lse), w * mag, 0).sum((0, 2))
+
+
 def backward(q, k, v, dout, **spec):
     """(dq, dk, dv, dsinks or None) of sum(o * dout)."""
     q, k, v, do = (np.asarray(a, np.float64) for a in (q, k, v, dout))

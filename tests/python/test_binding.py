@@ -49,9 +49,7 @@ def expect_dsinks(name, got, want, o, lse, do, sinks, u):
     the storage (relative unit u): a sum that cancels, so it is judged by how far O's
     rounding can move it, u * sum_i e^(sink_h - lse_i) sum_d |dO_id O_id|, not relatively."""
     o, do, lse = (np.asarray(x, np.float64) for x in (o, do, lse))  # [B,S,H,D], [B,H,S]
-    w = np.exp(np.asarray(sinks, np.float64)[None, :, None] - lse)   # [B, H, S]
-    mag = np.abs(do * o).sum(-1).transpose(0, 2, 1)                   # [B, H, S]
-    bound = 2 * u * np.where(np.isfinite(lse), w * mag, 0).sum((0, 2)) + 1e-6
+    bound = 2 * u * ref.sink_terms(o, lse, do, sinks) + 1e-6
     err = np.abs(np.asarray(got, np.float64) - want)
     ok = bool((err <= bound).all())
     print(f"  {'ok ' if ok else 'BAD'} {name:28s} err/bound {np.max(err / bound):.2f}")
