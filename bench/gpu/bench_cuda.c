@@ -17,8 +17,9 @@
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
  * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqatomic" under ATTN_SM90_DQ=0, the backward's
  * dQ by atomics instead of TMA reduce-adds; "attnrun-sm90-ab<m>" under ATTN_SM90_ABLATE=m,
- * stages left out: not judged, and every record of such a run has "ablate"); mma records "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the
- * mma.sync forward's 4-warp kernel).
+ * stages left out: not judged, and every record of such a run has "ablate"); mma records
+ * "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the mma.sync forward's 4-warp kernel) and
+ * "attnrun-mma2c" under ATTN_CUDA_FWD_CTAS=2 (its two-CTA 8-warp kernel).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -275,9 +276,12 @@ int main(int argc, char **argv) {
   char impl90_ab[48], ab_field[32] = ""; /* every record of such a run says its mask */
   snprintf(impl90_ab, sizeof impl90_ab, "%s-ab%d", impl90, ablate);
   if (abl) snprintf(ab_field, sizeof ab_field, ", \"ablate\": %d", ablate);
-  /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4") */
-  const char *fw = getenv("ATTN_CUDA_FWD_WARPS");
-  const char *impl_mma = fw && atoi(fw) == 4 ? "attnrun-mma4" : "attnrun";
+  /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4");
+   * ATTN_CUDA_FWD_CTAS=2: its two-CTA 8-warp kernel ("attnrun-mma2c"); dispatch.c's order */
+  const char *fw = getenv("ATTN_CUDA_FWD_WARPS"), *fc = getenv("ATTN_CUDA_FWD_CTAS");
+  const char *impl_mma = fw && atoi(fw) == 4   ? "attnrun-mma4"
+                         : fc && atoi(fc) == 2 ? "attnrun-mma2c"
+                                               : "attnrun";
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)

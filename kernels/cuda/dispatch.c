@@ -461,7 +461,9 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   const int aligned = ws && (uintptr_t)ws % 16 == 0;
   c->pack = pl.pack;
   c->nsplit = 1;
-  c->fwd_warps = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4 ? 4 : 8;
+  c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4  ? FA_FWD_FORM_4W
+                : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2 ? FA_FWD_FORM_2CTA
+                                                     : FA_FWD_FORM_8W;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
     c->dq_sem_bytes = (size_t)fixed;

@@ -21,13 +21,16 @@
  * K/V rows through the block table (FA_LOAD_KV_TILE's paged form). */
 #include "common.cuh"
 
-#define F_BN FA_FWD_BN(DQK, DV)
-#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
-/* shared memory of a CTA of bm query rows */
-#define F_SMEM_BYTES(bm) (((bm) * SQK + 2 * F_BN * SQK + 2 * F_BN * SV) * 2 + (bm) * 4)
+/* shared memory of a CTA of bm query rows and bn-key tiles */
+#define F_SMEM_BYTES(bm, bn) (((bm) * SQK + 2 * (bn) * SQK + 2 * (bn) * SV) * 2 + (bm) * 4)
 
+/* Each kernel: F_WARPS warps, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
+ * decode forms or not (F_DECODE). */
 /* The 8-warp kernel (128 rows: the default, and every decode form). */
 #define F_WARPS FA_FWD_WARPS
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
+#define F_DECODE 1
 #define F_NAME FA_FN(flash_fwd_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -35,8 +38,23 @@
 /* The 4-warp kernel (64 rows, two CTAs an SM: one CTA's softmax overlaps the other's
  * mma), ATTN_CUDA_FWD_WARPS=4, without the decode forms (pack, split). */
 #define F_WARPS 4
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
+#define F_DECODE 0
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
+#include "fwd_kernel.cuh"
+#endif
+#if FA_FWD_2CTA(DQK, DV)
+/* The two-CTA 8-warp kernel (128 rows, at most 128 registers: two CTAs an SM),
+ * ATTN_CUDA_FWD_CTAS=2, launched without the decode forms (pack, split); they stay
+ * compiled in (F_DECODE 1) because without them ptxas spilled 44-56 B at 128 registers. */
+#define F_WARPS FA_FWD_WARPS
+#define F_BN FA_FWD_2CTA_BN(DQK, DV)
+#define F_Q_IN_REGS 0
+#define F_DECODE 1
+#define F_NAME FA_FN(flash_fwd2c_)
+#define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
 #include "fwd_kernel.cuh"
 #endif
 
@@ -47,11 +65,21 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   int64_t grid_x = 0;
   int e = 0;
 #if FA_FWD_W4(DQK, DV)
-  if (c->fwd_warps == 4 && p.pack == 1 && p.nsplit == 1) {
+  if (c->fwd_form == FA_FWD_FORM_4W && p.pack == 1 && p.nsplit == 1) {
     e = fa_query_grid(&p, c, 64, &grid_x);
     if (e) return e;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-                   dim3(128), F_SMEM_BYTES(64), c->stream, p);
+                   dim3(128), F_SMEM_BYTES(64, FA_FWD_BN(DQK, DV)), c->stream, p);
+    return e;
+  }
+#endif
+#if FA_FWD_2CTA(DQK, DV)
+  if (c->fwd_form == FA_FWD_FORM_2CTA && p.pack == 1 && p.nsplit == 1) {
+    e = fa_query_grid(&p, c, FA_FWD_BM, &grid_x);
+    if (e) return e;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwd2c_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+                   dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_2CTA_BN(DQK, DV)),
+                   c->stream, p);
     return e;
   }
 #endif
@@ -59,7 +87,7 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   if (e) return e;
   FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_),
                  dim3((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B),
-                 dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM), c->stream, p);
+                 dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
   if (!e && p.nsplit > 1) e = attn_cuda__split_combine(c);
   return e;
 }

@@ -1,6 +1,7 @@
 /* fwd_kernel.cuh — the body of the mma.sync flash forward kernel (see fwd_body.cuh, which
- * includes it once per CTA shape): F_WARPS warps of 16 query rows each, named F_NAME,
- * declared by F_KERNEL_DECL (all three undefined again at the end). */
+ * includes it once per CTA shape): F_WARPS warps of 16 query rows each, F_BN keys a tile,
+ * Q's fragments in registers iff F_Q_IN_REGS, the decode forms (p.pack, p.nsplit) compiled
+ * in iff F_DECODE, named F_NAME, declared by F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS)
 F_KERNEL_DECL F_NAME(const fa_params p) {
@@ -11,12 +12,14 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   float *sAlibi = (float *)(sV + 2 * F_BN * SV); /* [F_BM] ALiBi slopes of the rows' heads, log2 units */
   const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tg = lane % 4;
   /* the CTA's query heads h0 .. h0 + pack - 1 (one KV head's, hk) */
-  const int b = (int)blockIdx.z, pack = p.pack, h0 = (int)blockIdx.y * pack, hk = h0 / (int)p.group;
+  const int b = (int)blockIdx.z, pack = F_DECODE ? p.pack : 1, h0 = (int)blockIdx.y * pack,
+            hk = h0 / (int)p.group;
+  const int nsplit = F_DECODE ? p.nsplit : 1; /* the launcher gives the others 1 and 1 */
 
   int t = (int)blockIdx.x, split = 0;
-  if (p.nsplit > 1) {
-    split = t % p.nsplit;
-    t /= p.nsplit;
+  if (nsplit > 1) {
+    split = t % nsplit;
+    t /= nsplit;
   }
   if (FA_CAUSAL && !p.table) t = (int)p.ntiles - 1 - t; /* longest rows first */
   fa_tile tile;
@@ -27,7 +30,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   const int rows = npos * pack, wr0 = 16 * warp;
   fa_qrows q;
   fa_qrows_init(p, FA_CAUSAL, s, R0, npos, pack, wr0, lane, q);
-  if (p.nsplit > 1) fa_split_keys(p.nsplit, split, F_BN, q.kc0, q.kc1);
+  if (nsplit > 1) fa_split_keys(nsplit, split, F_BN, q.kc0, q.kc1);
   /* read per tile (the first one's barrier orders it): registers are what O is short of */
   if (tid < F_BM) sAlibi[tid] = p.alibi ? p.alibi[h0 + tid % pack] * FA_LOG2E : 0.0f;
 
@@ -55,7 +58,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   for (int n = 0; n < DV / 8; n++)
     FA_UNROLL
     for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-  if (p.block_mode && p.nsplit == 1) { /* a split starts empty: the combine adds the state */
+  if (p.block_mode && nsplit == 1) { /* a split starts empty: the combine adds the state */
     FA_UNROLL
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
@@ -145,8 +148,8 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   for (int i = 0; i < 2; i++) {
     const int r = wr0 + g + 8 * i, pos = R0 + r / pack, h = h0 + r % pack;
     if (r >= rows) continue;
-    if (p.nsplit > 1) {
-      const int split_ = (int)blockIdx.x % p.nsplit; /* again: no register held for it */
+    if (nsplit > 1) {
+      const int split_ = (int)blockIdx.x % nsplit; /* again: no register held for it */
       const int64_t prow = (int64_t)split_ * (p.B * p.Hq * p.sq) + (b * p.Hq + h) * p.sq + pos;
       fa_state_put(p.part_m, p.part_l, p.part_acc, prow, i, tg, &acc[0][0], m, l);
       continue;
@@ -169,5 +172,8 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_THREADS
 #undef F_BM
 #undef F_WARPS
+#undef F_BN
+#undef F_Q_IN_REGS
+#undef F_DECODE
 #undef F_NAME
 #undef F_KERNEL_DECL

@@ -28,10 +28,15 @@ typedef struct {
   /* the forward's decode forms (0 or 1: off): query heads packed per CTA (GQA), CTAs per
    * query tile splitting its keys, and their partial states in the workspace */
   int pack, nsplit;
-  int fwd_warps; /* 4: the 4-warp forward where it applies (ATTN_CUDA_FWD_WARPS), else 8 */
+  int fwd_form; /* which mma.sync forward kernel, where it applies (FA_FWD_FORM_*) */
   float *part;
   void *stream;
 } fa_call;
+
+/* The mma.sync forward's kernels (fa_call.fwd_form; traits.h): 8 warps, one CTA an SM (the
+ * default, and every decode form); 4 warps, two CTAs an SM (ATTN_CUDA_FWD_WARPS=4); 8 warps,
+ * two CTAs an SM (ATTN_CUDA_FWD_CTAS=2). The last two: head dims up to 128, no pack, no split. */
+enum { FA_FWD_FORM_8W = 0, FA_FWD_FORM_4W = 1, FA_FWD_FORM_2CTA = 2 };
 
 /* The split-KV forward's partial states (in the workspace; float32): m [nsplit][R],
  * l [nsplit][R], acc [nsplit][R][Dv], R = B * Hq * sq rows, row (b * Hq + h) * sq + i. */

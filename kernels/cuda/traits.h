@@ -26,6 +26,8 @@
  * The forward also has a 4-warp kernel (64 x 64 tiles, 2 CTAs an SM; fwd_kernel.cuh built
  * twice) at head dims up to 128, taken under ATTN_CUDA_FWD_WARPS=4 without packing or a
  * split: 255 registers (sm_80, sm_90a), no spills, 85 KB of shared memory at d = 128 (two: 171 of 227 KB).
+ * And a two-CTA 8-warp kernel (128 x 32 tiles at d = 128, 128 x 64 at 64; FA_FWD_2CTA),
+ * under ATTN_CUDA_FWD_CTAS=2: 128 registers, no spills, 70 KB at d = 128 (two: 140 KB).
  *
  * (The forward's figures include its decode forms, packed GQA and split-KV: +0.5 KB of
  * shared memory for per-row ALiBi slopes, and the row-to-position mapping.)
@@ -67,6 +69,22 @@
  * ATTN_CUDA_FWD_WARPS=4: an experiment against the 8-warp kernel's one CTA an SM, whose
  * warps meet at every tile's barrier (all in softmax at once, the tensor cores idle). */
 #define FA_FWD_W4(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
+/* A third forward kernel at head dims up to 128, ATTN_CUDA_FWD_CTAS=2: the 8-warp kernel
+ * built for two CTAs an SM (__launch_bounds__(256, 2): at most 128 registers a thread, so
+ * four warps a scheduler hide each other's latency instead of two), with Q's fragments
+ * read from shared memory for every tile and, at Dv 128, 32 keys a tile: what fits 128
+ * registers without spills (ptxas, CUDA 13; Q in registers spilled 80-600 B, 64 keys at
+ * Dv 128 56-80 B). The same 128 query rows a CTA as the default kernel, so the same L2
+ * traffic per FLOP. */
+#define FA_FWD_2CTA(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
+#define FA_FWD_2CTA_BN(dqk, dv) ((dv) > 64 ? 32 : 64)
+/* CTAs an SM it is built for: two on Hopper, the target; sm_80's ptxas spilled 4 B at 128
+ * registers (d = 64 and 128), so there it is built for one (the same code and tiles). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA_FWD_2CTA_MINB 1
+#else
+#define FA_FWD_2CTA_MINB 2
+#endif
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are

@@ -300,6 +300,8 @@ STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens; --path $BENCH_PATH (auto: mma
 stage bench-attnrun 150 "$BENCH_BIN" --path "$BENCH_PATH" --json "$JSON"
 STAGE_NOTE="the mma.sync forward's 4-warp kernel (ATTN_CUDA_FWD_WARPS=4: two CTAs an SM), d=128/64, N=1K..16K"
 stage bench-mma4 60 env ATTN_CUDA_FWD_WARPS=4 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
+STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 128 registers, Q from shared memory), d=128/64, N=1K..16K"
+stage bench-mma2c 60 env ATTN_CUDA_FWD_CTAS=2 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
 stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"

@@ -52,6 +52,7 @@ def compare_synthetic(tmp):
     print("compare on synthetic records")
     recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok"),
             rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
+            rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
             rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
             rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
@@ -78,6 +79,9 @@ def compare_synthetic(tmp):
     check("fwd row: attnrun / best torch = 400/600, sm90 660/600, 4-warp mma 480",
           fwd is not None and fwd[5] == "0.67" and fwd[6] == "1.10" and fwd[0] == "400.0"
           and fwd[1] == "480.0" and fwd[7] == "ok/ok/ok")
+    c2 = t.get(("fwd mma 2-CTA", "128", "8192", "no"))
+    check("2-CTA mma row: 540, 540/600 of best torch, 1.35 of the 8-warp 400",
+          c2 is not None and c2[0] == "540.0" and c2[5] == "0.90" and c2[6] == "1.35 of 8-warp" and c2[7] == "ok")
     bwd = t.get(("bwd", "64", "4096", "yes"))
     check("bwd row: cuDNN error shown, ratio to flash 150/300",
           bwd is not None and bwd[4] == "error" and bwd[5] == "0.50" and bwd[6] == "0.80")
