@@ -114,10 +114,16 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   do {                                                                                      \
     B_STEP_ROWS(IT, qa_, qn_);                                                              \
     const int h_ = hk * group + (IT) / nsteps;                                              \
-    FA_LOAD_ROWS(sQ + (BUF) * B_BM * SQK, SQK, fa_at(p.q, b, qa_, h_), p.q.ss, DQK, B_BM,     \
-                 B_THREADS, tid, r_ < qn_);                                                 \
-    FA_LOAD_ROWS(sO + (BUF) * B_BM * SV, SV, fa_at(p.dout, b, qa_, h_), p.dout.ss, DV, B_BM,  \
-                 B_THREADS, tid, r_ < qn_);                                                 \
+    const fa_elem *q_ = fa_at(p.q, b, qa_, h_), *o_ = fa_at(p.dout, b, qa_, h_);           \
+    if (qn_ == B_BM) { /* a whole step: no row test */                                      \
+      FA_LOAD_ROWS_ALL(sQ + (BUF) * B_BM * SQK, SQK, q_, p.q.ss, DQK, B_BM, B_THREADS, tid);  \
+      FA_LOAD_ROWS_ALL(sO + (BUF) * B_BM * SV, SV, o_, p.dout.ss, DV, B_BM, B_THREADS, tid);  \
+    } else {                                                                                \
+      FA_LOAD_ROWS(sQ + (BUF) * B_BM * SQK, SQK, q_, p.q.ss, DQK, B_BM, B_THREADS, tid,       \
+                   r_ < qn_);                                                               \
+      FA_LOAD_ROWS(sO + (BUF) * B_BM * SV, SV, o_, p.dout.ss, DV, B_BM, B_THREADS, tid,       \
+                   r_ < qn_);                                                               \
+    }                                                                                       \
     const int64_t row_ = (b * p.Hq + h_) * p.lse_rows + p.q_row0 + qa_;                      \
     if (tid < B_BM) {                                                                       \
       fa_cp_async4(sL + (BUF) * B_BM + tid, p.lse_in + row_ + (tid < qn_ ? tid : 0), tid < qn_); \
@@ -326,7 +332,7 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
   const fa_elem *gK = fa_at(p.k, b, 0, hk), *gV = fa_at(p.v, b, 0, hk);
   FA_LOAD_ROWS(sQ, SQK, fa_at(p.q, b, R0, h), p.q.ss, DQK, Q_BM, Q_THREADS, tid, r_ < rows);
   FA_LOAD_ROWS(sO, SV, fa_at(p.dout, b, R0, h), p.dout.ss, DV, Q_BM, Q_THREADS, tid, r_ < rows);
-#define Q_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, Q_BN, Q_THREADS, 0)
+#define Q_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, Q_BN, Q_THREADS, 0, 1)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / Q_BN - 1;
   int have = q.kc0 < q.kc1 &&

@@ -146,9 +146,10 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
  * tile or seen by no query position R0..rlast of the CTA are zero-filled, so NaN/Inf in
  * them cannot reach a product. PAGED (a forward's p.pages != NULL; 0 elsewhere, which
  * compiles the paged loop away): the rows come through the KV cache's block table
- * (fa_kv_offset), an entry outside the pool as zeros. Uses gK, gV, sK, sV, p, s, R0,
- * rlast, tid, b, hk of the kernel. */
-#define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS, PAGED)                                          \
+ * (fa_kv_offset), an entry outside the pool as zeros. ALL: a full tile (T.full) takes
+ * FA_LOAD_ROWS_ALL (0 where its addresses in flight would not fit the register budget).
+ * Uses gK, gV, sK, sV, p, s, R0, rlast, tid, b, hk of the kernel. */
+#define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS, PAGED, ALL)                                        \
   do {                                                                                        \
     const fa_ktile &T_ = (T);                                                                 \
     if (PAGED) {                                                                              \
@@ -157,6 +158,11 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
       break;                                                                                  \
     }                                                                                         \
     const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
+    if ((ALL) && T_.full) { /* every row present and seen by every row of the CTA */         \
+      FA_LOAD_ROWS_ALL(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid);     \
+      FA_LOAD_ROWS_ALL(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid);        \
+      break;                                                                                  \
+    }                                                                                         \
     FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid,             \
                  r_ < T_.cb - T_.ca &&                                                        \
                      (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
@@ -348,6 +354,24 @@ FA_DEV const fa_elem *fa_at(const attn_cuda_view &v, int64_t b, int64_t s, int64
 /* The same from rows src + r*stride. */
 #define FA_LOAD_ROWS(dst, ld, src, stride, D, nrows, nthreads, tid, KEEP) \
   FA_LOAD_ROWS_AT(dst, ld, src, (src) + r_ * (stride), D, nrows, nthreads, tid, KEEP)
+/* Rows [0, nrows) of a [rows][D] tile from rows src + r*stride, every one present and
+ * kept: no predicate and no zero fill, unrolled (the trip count is known), the thread's
+ * row and column computed once when nthreads is a multiple of a row's D/8 16-byte chunks.
+ * The interior tiles' form of FA_LOAD_ROWS: its per-chunk visibility test is a chain of
+ * dependent integer work that one CTA an SM cannot hide. */
+#define FA_LOAD_ROWS_ALL(dst, ld, src, stride, D, nrows, nthreads, tid)                     \
+  do {                                                                                    \
+    enum { CPR_ = (D) / 8, NCH_ = (nrows) * CPR_, STEP_ = (nthreads) / CPR_ };             \
+    const int tr_ = (tid) / CPR_, tc_ = (tid) % CPR_;                                     \
+    FA_UNROLL                                                                             \
+    for (int j_ = 0; j_ < (NCH_ + (nthreads) - 1) / (nthreads); j_++) {                   \
+      const int i_ = (tid) + j_ * (nthreads);                                             \
+      if (NCH_ % (nthreads) != 0 && i_ >= NCH_) break;                                    \
+      const int r_ = (nthreads) % CPR_ == 0 ? tr_ + j_ * STEP_ : i_ / CPR_;               \
+      const int c_ = (nthreads) % CPR_ == 0 ? tc_ : i_ % CPR_;                            \
+      fa_cp_async16((dst) + r_ * (ld) + c_ * 8, (src) + r_ * (int64_t)(stride) + c_ * 8, 1); \
+    }                                                                                     \
+  } while (0)
 
 /* Key ranges of a query-major CTA (positions [R0, R0 + npos) of one segment, `pack` query
  * heads each: tile row r is position R0 + r / pack, head r % pack of the CTA's; pack = 1

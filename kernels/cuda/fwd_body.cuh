@@ -25,12 +25,13 @@
 #define F_SMEM_BYTES(bm, bn) (((bm) * SQK + 2 * (bn) * SQK + 2 * (bn) * SV) * 2 + (bm) * 4)
 
 /* Each kernel: F_WARPS warps, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
- * decode forms or not (F_DECODE). */
+ * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL). */
 /* The 8-warp kernel (128 rows: the default, and every decode form). */
 #define F_WARPS FA_FWD_WARPS
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 1
+#define F_LOAD_ALL 1
 #define F_NAME FA_FN(flash_fwd_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -41,6 +42,7 @@
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 0
+#define F_LOAD_ALL 1
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -53,6 +55,7 @@
 #define F_BN FA_FWD_2CTA_BN(DQK, DV)
 #define F_Q_IN_REGS 0
 #define F_DECODE 1
+#define F_LOAD_ALL 0 /* its 8 addresses in flight spilled 8-68 B at 128 registers */
 #define F_NAME FA_FN(flash_fwd2c_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
 #include "fwd_kernel.cuh"

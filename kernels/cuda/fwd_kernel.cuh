@@ -1,7 +1,7 @@
 /* fwd_kernel.cuh — the body of the mma.sync flash forward kernel (see fwd_body.cuh, which
  * includes it once per CTA shape): F_WARPS warps of 16 query rows each, F_BN keys a tile,
  * Q's fragments in registers iff F_Q_IN_REGS, the decode forms (p.pack, p.nsplit) compiled
- * in iff F_DECODE, named F_NAME, declared by F_KERNEL_DECL (all undefined again at the end). */
+ * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, named F_NAME, declared by F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS)
 F_KERNEL_DECL F_NAME(const fa_params p) {
@@ -43,7 +43,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
                   DQK, F_BM, F_THREADS, tid, r_ < rows);
 
   /* K/V rows of keys outside the tile or seen by none of the CTA's rows are zero-filled. */
-#define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS, p.pages != NULL)
+#define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS, p.pages != NULL, F_LOAD_ALL)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q.kc0 / F_BN - 1;
   int have = q.kc0 < q.kc1 && fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q.lo_last,
@@ -175,5 +175,6 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_BN
 #undef F_Q_IN_REGS
 #undef F_DECODE
+#undef F_LOAD_ALL
 #undef F_NAME
 #undef F_KERNEL_DECL
