@@ -1,7 +1,8 @@
 /* fwd_kernel.cuh — the body of the mma.sync flash forward kernel (see fwd_body.cuh, which
  * includes it once per CTA shape): F_WARPS warps of 16 query rows each, F_BN keys a tile,
  * Q's fragments in registers iff F_Q_IN_REGS, the decode forms (p.pack, p.nsplit) compiled
- * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, named F_NAME, declared by F_KERNEL_DECL (all undefined again at the end). */
+ * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, named F_NAME,
+ * declared by F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS)
 F_KERNEL_DECL F_NAME(const fa_params p) {

@@ -7,21 +7,21 @@
  * that the 8 row addresses of an ldmatrix fall in 8 different bank groups. Shapes were
  * chosen to stay under 255 registers with no spills (checked by cmake/check_spills.cmake)
  * and within 227 KB of shared memory (registers: the most over dtype and causal, from
- * ptxas -v for sm_80 / sm_90a):
+ * ptxas -v for sm_80 / sm_90a, CUDA 13, 2026-12-06):
  *
  *   kernel dims     warps tile (rows x keys)       smem    regs     per-thread accumulators
- *   fwd    64        8    128 x 64                  54 KB  191/210  O 32, S 32, Q frags 16
- *   fwd    128       8    128 x 64                 102 KB  255/241  O 64, S 32, Q frags 32
- *   fwd    192x128   8    128 x 64                 134 KB  255/251  O 64, S 32, Q frags 48
- *   fwd    256       8    128 x 32, Q from smem    132 KB  255/255  O 128, S 16
- *   dkdv   64        8    keys 128, q 64            91 KB  242/244  dK 32, dV 32, S^T 32, dP^T 32
- *   dkdv   128       8    keys 128, q 32           113 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
- *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  248/250  dK 48, dV 32, S^T 16, dP^T 16
- *   dkdv   256       8     16 keys), q 32          138 KB  255/254  dK 64, dV 64, S^T 16, dP^T 16
- *   dq     64        4     64 x 64                  54 KB  228/238  dQ 32, S 32, dP 32
- *   dq     128       4     64 x 64                 102 KB  248/250  dQ 64, S 32, dP 32
- *   dq     192x128   4     64 x 32                  84 KB  238/244  dQ 96, S 16, dP 16
- *   dq     256       4     64 x 32                 132 KB  252/254  dQ 128, S 16, dP 16
+ *   fwd    64        8    128 x 64                  54 KB  222/224  O 32, S 32, Q frags 16
+ *   fwd    128       8    128 x 64                 102 KB  248/246  O 64, S 32, Q frags 32
+ *   fwd    192x128   8    128 x 64                 134 KB  255/248  O 64, S 32, Q frags 48
+ *   fwd    256       8    128 x 32, Q from smem    132 KB  248/248  O 128, S 16
+ *   dkdv   64        8    keys 128, q 64            91 KB  245/245  dK 32, dV 32, S^T 32, dP^T 32
+ *   dkdv   128       8    keys 128, q 32           113 KB  250/250  dK 64, dV 64, S^T 16, dP^T 16
+ *   dkdv   192x128   8    keys 64 (2 warps each     90 KB  235/235  dK 48, dV 32, S^T 16, dP^T 16
+ *   dkdv   256       8     16 keys), q 32          138 KB  250/251  dK 64, dV 64, S^T 16, dP^T 16
+ *   dq     64        4     64 x 64                  54 KB  226/230  dQ 32, S 32, dP 32
+ *   dq     128       4     64 x 64                 102 KB  242/242  dQ 64, S 32, dP 32
+ *   dq     192x128   4     64 x 32                  84 KB  238/242  dQ 96, S 16, dP 16
+ *   dq     256       4     64 x 32                 132 KB  252/250  dQ 128, S 16, dP 16
  *
  * The forward also has a 4-warp kernel (64 x 64 tiles, 2 CTAs an SM; fwd_kernel.cuh built
  * twice) at head dims up to 128, taken under ATTN_CUDA_FWD_WARPS=4 without packing or a
