@@ -447,6 +447,23 @@ static int64_t part_bytes(const attn_cuda_problem *p, fwd_plan pl) {
 
 static fwd_plan plan_of(const attn_cuda_problem *p);
 
+/* ATTN_MMA_ABLATE=m (set at all): a one-shot forward takes the mma.sync forward's ablation
+ * kernel where it applies (instance.h FA_FWD_FORM_AB), stages FA_AB_* of m left out. */
+static void fwd_ablation(fa_call *c) {
+  const int64_t m = ATTN_PARAM("MMA_ABLATE", -1);
+  if (m < 0) return;
+  c->fwd_form = FA_FWD_FORM_AB;
+  c->ablate = (int)(m & FA_AB_ALL);
+  if (c->ablate & FA_AB_BAR) c->ablate |= FA_AB_LOAD; /* no tile may land unwaited for */
+  static int said; /* once a process: the timed loops call this thousands of times */
+  if (said) return;
+  said = 1;
+  attn__log(ATTN_LOG_WARN,
+            "mma.sync forward: ATTN_MMA_ABLATE=%d: the ablation kernel where it applies (bf16, "
+            "d = 128, not causal, one shot, unpacked, unsplit)%s",
+            c->ablate, c->ablate ? ", stages left out: its results are wrong" : ", nothing left out");
+}
+
 size_t attn_cuda_workspace_bytes(const attn_cuda_problem *p) {
   if (!p) return 0;
   const fwd_plan pl = plan_of(p);
@@ -557,6 +574,7 @@ attn_status attn_cuda_fwd(const attn_cuda_problem *p, attn_cuda_view o, float *l
   c.lse_rows = lse_rows;
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, plan_of(p), &c));
+  fwd_ablation(&c);
   return fwd_launch(p, &c);
 }
 

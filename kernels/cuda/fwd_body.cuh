@@ -25,13 +25,15 @@
 #define F_SMEM_BYTES(bm, bn) (((bm) * SQK + 2 * (bn) * SQK + 2 * (bn) * SV) * 2 + (bm) * 4)
 
 /* Each kernel: F_WARPS warps, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
- * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL). */
+ * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL),
+ * the ablation switches or not (F_ABLATE: 0 compiles them away). */
 /* The 8-warp kernel (128 rows: the default, and every decode form). */
 #define F_WARPS FA_FWD_WARPS
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 1
 #define F_LOAD_ALL 1
+#define F_ABLATE 0
 #define F_NAME FA_FN(flash_fwd_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -43,6 +45,7 @@
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 0
 #define F_LOAD_ALL 1
+#define F_ABLATE 0
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -56,8 +59,23 @@
 #define F_Q_IN_REGS 0
 #define F_DECODE 1
 #define F_LOAD_ALL 0 /* its 8 addresses in flight spilled 8-68 B at 128 registers */
+#define F_ABLATE 0
 #define F_NAME FA_FN(flash_fwd2c_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
+#include "fwd_kernel.cuh"
+#endif
+/* The ablation kernel (ATTN_MMA_ABLATE; instance.h FA_FWD_FORM_AB): the 8-warp kernel with
+ * the switches of p.ablate, at bf16 (128, 128) not causal only (one instance to build). */
+#define F_AB_HERE (FA_BF16 && !FA_CAUSAL && DQK == 128 && DV == 128)
+#if F_AB_HERE
+#define F_WARPS FA_FWD_WARPS
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
+#define F_DECODE 1
+#define F_LOAD_ALL 1
+#define F_ABLATE 1
+#define F_NAME FA_FN(flash_fwd_ab_)
+#define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
 #endif
 
@@ -86,6 +104,16 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     return e;
   }
 #endif
+#if F_AB_HERE
+  if (c->fwd_form == FA_FWD_FORM_AB && p.pack == 1 && p.nsplit == 1 && !p.block_mode && !p.pages) {
+    e = fa_query_grid(&p, c, FA_FWD_BM, &grid_x);
+    if (e) return e;
+    p.ablate = c->ablate; /* dispatch.c said so in the log */
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_ab_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+                   dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
+    return e;
+  }
+#endif
   e = fa_query_grid(&p, c, FA_FWD_BM / p.pack, &grid_x);
   if (e) return e;
   FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_),
@@ -94,3 +122,4 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   if (!e && p.nsplit > 1) e = attn_cuda__split_combine(c);
   return e;
 }
+#undef F_AB_HERE

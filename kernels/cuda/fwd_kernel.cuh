@@ -1,8 +1,9 @@
 /* fwd_kernel.cuh — the body of the mma.sync flash forward kernel (see fwd_body.cuh, which
  * includes it once per CTA shape): F_WARPS warps of 16 query rows each, F_BN keys a tile,
  * Q's fragments in registers iff F_Q_IN_REGS, the decode forms (p.pack, p.nsplit) compiled
- * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, named F_NAME,
- * declared by F_KERNEL_DECL (all undefined again at the end). */
+ * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, the ablation switches
+ * (p.ablate, instance.h FA_AB_*) compiled in iff F_ABLATE, named F_NAME, declared by
+ * F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS)
 F_KERNEL_DECL F_NAME(const fa_params p) {
@@ -16,6 +17,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   const int b = (int)blockIdx.z, pack = F_DECODE ? p.pack : 1, h0 = (int)blockIdx.y * pack,
             hk = h0 / (int)p.group;
   const int nsplit = F_DECODE ? p.nsplit : 1; /* the launcher gives the others 1 and 1 */
+  const int ab = F_ABLATE ? p.ablate : 0;       /* stages left out: 0 but in a timing run */
 
   int t = (int)blockIdx.x, split = 0;
   if (nsplit > 1) {
@@ -75,8 +77,10 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   uint32_t qf[DQK / 16][4];
 #endif
   for (int it = 0;; it++) {
-    fa_cp_wait_all();
-    FA_SYNC(); /* tile `it` landed everywhere; buffer (it+1)&1 is free */
+    if (!(ab & FA_AB_BAR) || it < 2) { /* (ablated: tiles 0 and 1 stay in the buffers) */
+      fa_cp_wait_all();
+      FA_SYNC(); /* tile `it` landed everywhere; buffer (it+1)&1 is free */
+    }
 #if F_Q_IN_REGS
     if (it == 0) {
       FA_UNROLL
@@ -87,7 +91,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     fa_ktile nxt = cur;
     const int have_next = fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q.lo_last,
                                         q.hi_first, q.kc0, q.kc1, nxt);
-    if (have_next) F_LOAD_KV(nxt, (it + 1) & 1);
+    if (have_next && !((ab & FA_AB_LOAD) && it >= 1)) F_LOAD_KV(nxt, (it + 1) & 1);
     fa_cp_commit();
 
     const int mode = fa_qwarp_mode(p, s, q, R0, pack, wr0, cur, F_BN);
@@ -99,40 +103,44 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
       for (int n = 0; n < F_BN / 8; n++)
         FA_UNROLL
         for (int e = 0; e < 4; e++) S[n][e] = 0.0f;
-      FA_UNROLL
-      for (int kk = 0; kk < DQK / 16; kk++) {
-#if F_Q_IN_REGS
-        const uint32_t *qa = qf[kk];
-#else
-        uint32_t qa[4];
-        F_LOAD_Q(qa, kk);
-#endif
+      if (!(ab & FA_AB_QK)) { /* S = Q K^T */
         FA_UNROLL
-        for (int n = 0; n < F_BN / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(S[n], qa, bf[0], bf[1]);
-          fa_mma(S[n + 1], qa, bf[2], bf[3]);
+        for (int kk = 0; kk < DQK / 16; kk++) {
+#if F_Q_IN_REGS
+          const uint32_t *qa = qf[kk];
+#else
+          uint32_t qa[4];
+          F_LOAD_Q(qa, kk);
+#endif
+          FA_UNROLL
+          for (int n = 0; n < F_BN / 8; n += 2) {
+            uint32_t bf[4];
+            fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
+            fa_mma(S[n], qa, bf[0], bf[1]);
+            fa_mma(S[n + 1], qa, bf[2], bf[3]);
+          }
         }
       }
       /* Scores to log2 units (softcap / ALiBi only where set: otherwise the scale goes
        * into the exp2's FMA), masked by select in a partial tile, then P and the online
        * step; S[n][e] is Sf[4n + e], the fragment order of those passes. */
       float *Sf = &S[0][0], sc = p.sc, alpha[2];
-      if (p.cap2 > 0.0f || p.alibi) {
-        const float alibi2[2] = {sAlibi[wr0 + g], sAlibi[wr0 + g + 8]};
-        const int base[2] = {q.ipos[0] - ca, q.ipos[1] - ca};
-        fa_score_tile<F_BN / 2>(p, Sf, alibi2, base, tg);
-        sc = 1.0f;
-      }
-      if (mode == 2) fa_mask_tile<F_BN / 2>(p, s, q, ca, cb, tg, Sf);
-      fa_exp_rows<F_BN / 2, 1>(Sf, sc, m, l, alpha);
-      FA_UNROLL
-      for (int n = 0; n < DV / 8; n++)
+      if (!(ab & FA_AB_SOFTMAX)) {
+        if (p.cap2 > 0.0f || p.alibi) {
+          const float alibi2[2] = {sAlibi[wr0 + g], sAlibi[wr0 + g + 8]};
+          const int base[2] = {q.ipos[0] - ca, q.ipos[1] - ca};
+          fa_score_tile<F_BN / 2>(p, Sf, alibi2, base, tg);
+          sc = 1.0f;
+        }
+        if (mode == 2) fa_mask_tile<F_BN / 2>(p, s, q, ca, cb, tg, Sf);
+        fa_exp_rows<F_BN / 2, 1>(Sf, sc, m, l, alpha);
         FA_UNROLL
-        for (int e = 0; e < 4; e++) acc[n][e] *= alpha[e >> 1];
+        for (int n = 0; n < DV / 8; n++)
+          FA_UNROLL
+          for (int e = 0; e < 4; e++) acc[n][e] *= alpha[e >> 1];
+      }
       /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
-      FA_MMA_SCORES_SMEM(acc, S, F_BN, DV, vb, SV);
+      if (!(ab & FA_AB_PV)) FA_MMA_SCORES_SMEM(acc, S, F_BN, DV, vb, SV);
     }
     cur = nxt;
     have = have_next;
@@ -177,5 +185,6 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_Q_IN_REGS
 #undef F_DECODE
 #undef F_LOAD_ALL
+#undef F_ABLATE
 #undef F_NAME
 #undef F_KERNEL_DECL

@@ -53,6 +53,7 @@ struct fa_params {
   /* tiles: a varlen table, or (table == NULL) ntiles plain tiles */
   const int32_t *table;
   int64_t ntiles;
+  int ablate; /* FA_AB_* bits of the mma.sync forward's ablation kernel (instance.h) */
 };
 
 /* One sequence's part of the block (the whole block when not varlen); rows and keys are
