@@ -18,8 +18,11 @@
  * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqatomic" under ATTN_SM90_DQ=0, the backward's
  * dQ by atomics instead of TMA reduce-adds; "attnrun-sm90-ab<m>" under ATTN_SM90_ABLATE=m,
  * stages left out: not judged, and every record of such a run has "ablate"); mma records
- * "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the mma.sync forward's 4-warp kernel) and
- * "attnrun-mma2c" under ATTN_CUDA_FWD_CTAS=2 (its two-CTA 8-warp kernel).
+ * "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the mma.sync forward's 4-warp kernel),
+ * "attnrun-mma2c" under ATTN_CUDA_FWD_CTAS=2 (its two-CTA 8-warp kernel) and, for the
+ * forward rows its ablation kernel takes (bf16 d = 128 not causal), "attnrun-mma-ab<m>"
+ * under ATTN_MMA_ABLATE=m (instance.h FA_AB_*: stages left out, judged only at m = 0; every
+ * record of such a run has "mma_ablate"; run it with --no-bwd).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -276,6 +279,13 @@ int main(int argc, char **argv) {
   char impl90_ab[48], ab_field[32] = ""; /* every record of such a run says its mask */
   snprintf(impl90_ab, sizeof impl90_ab, "%s-ab%d", impl90, ablate);
   if (abl) snprintf(ab_field, sizeof ab_field, ", \"ablate\": %d", ablate);
+  /* ATTN_MMA_ABLATE=m: the mma.sync forward's ablation kernel (instance.h FA_AB_*), for the
+   * rows it takes (dispatch.c fwd_ablation); wrong unless m = 0, so judged only then */
+  const char *mabl = getenv("ATTN_MMA_ABLATE");
+  const int mma_ablate = mabl ? atoi(mabl) : 0;
+  char impl_ab[48];
+  snprintf(impl_ab, sizeof impl_ab, "attnrun-mma-ab%d", mma_ablate);
+  if (mabl) snprintf(ab_field, sizeof ab_field, ", \"mma_ablate\": %d", mma_ablate);
   /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4");
    * ATTN_CUDA_FWD_CTAS=2: its two-CTA 8-warp kernel ("attnrun-mma2c"); dispatch.c's order */
   const char *fw = getenv("ATTN_CUDA_FWD_WARPS"), *fc = getenv("ATTN_CUDA_FWD_CTAS");
@@ -349,7 +359,9 @@ int main(int argc, char **argv) {
             }
             CHECK_CUDA(cudaStreamSynchronize(b.stream));
             const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
-            const int ablated = ablate && sm90 && pass, ok = ablated || rel <= (pass ? 3e-2 : 2e-2);
+            const int mma_ab = mabl && !sm90 && !pass && o.dtype == ATTN_BF16 && D == 128 && Dv == 128 && !causal;
+            const int ablated = (ablate && sm90 && pass) || (mma_ab && mma_ablate),
+                      ok = ablated || rel <= (pass ? 3e-2 : 2e-2);
             failed |= !ok;
             double med, mn;
             time_runs(&ra, o.warmup, o.reps, &med, &mn);
@@ -375,7 +387,7 @@ int main(int argc, char **argv) {
                       "\"ms_median\": %.5f, \"ms_min\": %.5f, \"tflops\": %.2f, \"flops\": %.6e, "
                       "\"check\": \"%s\", \"check_rel_err\": %.3e, \"device\": \"%s\", "
                       "\"git\": \"%s\", \"date\": \"%s\"%s}\n",
-                      ablated ? impl90_ab : sm90 ? impl90 : impl_mma, pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
+                      mma_ab ? impl_ab : ablated ? impl90_ab : sm90 ? impl90 : impl_mma, pass ? "bwd" : "fwd", o.dtype_name, (long long)D, (long long)Dv, (long long)N, (long long)B,
                       (long long)H, causal, o.det, med, mn, tf, flops, ablated ? "ablated" : ok ? "ok" : "fail", rel,
                       prop.name, BENCH_GIT_SHA, date, ab_field);
           }

@@ -18,7 +18,9 @@ shapes bench_cuda times, and the side-by-side table of both.
       reads the JSON lines of both and prints, per (pass, hd, N, causal), the TFLOP/s of
       attnrun and of each torch backend and the ratio attnrun / best torch backend; then,
       for the decode records, per (B, Hq, Hkv, Sq, Skv), the times of attnrun's planned and
-      plain forms and of each torch backend, and best torch time / attnrun time.
+      plain forms and of each torch backend, and best torch time / attnrun time; then the
+      ablation runs' tables (ATTN_SM90_ABLATE: sm90 backward; ATTN_MMA_ABLATE: mma.sync
+      forward), each mask's time against mask 0's.
 
 Same FLOP rule as bench_cuda: forward 4*B*H*N^2*D (causal: half), backward 2.5x forward;
 B = tokens / N, H = d_model / D. Median of --reps timed runs (CUDA events) after --warmup.
@@ -227,20 +229,24 @@ def dims_label(d):
 
 ABLATE_BITS = [(1, "dQ adds"), (2, "dQ GEMM"), (4, "dS barrier"), (8, "dV+dK GEMMs"),
                (16, "P/dS arithmetic"), (32, "per-step loads")]
+# the mma.sync forward's ablation kernel (ATTN_MMA_ABLATE, kernels/cuda/instance.h FA_AB_*)
+MMA_ABLATE_BITS = [(1, "K/V loads"), (2, "tile wait + barrier"), (4, "QK^T MMAs"), (8, "online softmax"),
+                   (16, "PV MMAs")]
 
 
-def ablation_table(recs):
-    """Rows of the ablation runs' backward records, each against mask 0 of the same shape."""
+def ablation_table(recs, field="ablate", pass_="bwd", bits=ABLATE_BITS, prefix=""):
+    """Rows of the ablation runs' records (records[field] = mask) of one pass, impl starting
+    with prefix, each against mask 0 of the same shape."""
     by = {}
     for r in recs:
-        if r["pass"] == "bwd" and "ms_median" in r:
-            by.setdefault((dims(r), r["N"], r["causal"]), {})[r["ablate"]] = r["ms_median"]
+        if r["pass"] == pass_ and "ms_median" in r and field in r and r["impl"].startswith(prefix):
+            by.setdefault((dims(r), r["N"], r["causal"]), {})[r[field]] = r["ms_median"]
     lines = ["| hd | N | causal | left out (mask) | ms | saved ms | saved / full |", "|---|---|---|---|---|---|---|"]
     for key in sorted(by, key=lambda k: (-k[0][0], k[1], k[2])):
         full = by[key].get(0)
         for m in sorted(by[key]):
             ms = by[key][m]
-            what = " + ".join(n for b, n in ABLATE_BITS if m & b) or "nothing (full kernel)"
+            what = " + ".join(n for b, n in bits if m & b) or "nothing (full kernel)"
             saved = f"{full - ms:.3f} | {(full - ms) / full:.2f}" if full else "- | -"
             lines.append(f"| {dims_label(key[0])} | {key[1]} | {'yes' if key[2] else 'no'} | {what} ({m}) | "
                          f"{ms:.3f} | {saved} |")
@@ -258,7 +264,7 @@ def compare(args):
             if r.get("mode") == "decode":
                 dec.append(r)
                 continue
-            if "ablate" in r:  # an ATTN_SM90_ABLATE run (ablation_table)
+            if "ablate" in r or "mma_ablate" in r:  # ATTN_SM90_ABLATE / ATTN_MMA_ABLATE runs
                 abl.append(r)
                 continue
             if r.get("deterministic"):
@@ -328,10 +334,18 @@ def compare(args):
                  "bytes read / time; vs copy: over a device copy's read rate of the same bytes; "
                  "*: the backend took no GQA, K and V expanded to Hq heads).\n\n"
                  + "\n".join(decode_table(dec)) + "\n")
-    if abl:
+    if any("ablate" in r for r in abl):
         text += ("\nThe sm90 backward with stages left out (ATTN_SM90_ABLATE, kernels/cuda/bwd_sm90_body.cuh "
                  "G_AB_*; gradients wrong, timing only), median ms of timed runs, one bench run a mask; "
                  "saved: the full kernel's time less this one's.\n\n" + "\n".join(ablation_table(abl)) + "\n")
+    mab = ablation_table(abl, "mma_ablate", "fwd", MMA_ABLATE_BITS, "attnrun-mma-ab")
+    if len(mab) > 2:
+        base = rows.get(("fwd", (128, 128), 8192, 0), {}).get("attnrun", {}).get("ms_median")
+        text += ("\nThe mma.sync forward with stages left out (ATTN_MMA_ABLATE, kernels/cuda/instance.h "
+                 "FA_AB_*: its ablation kernel, flash_fwd_ab; output wrong except at mask 0, timing only), "
+                 "median ms of timed runs, one bench run a mask; saved: mask 0's time less this one's"
+                 + (f"; the default kernel (flash_fwd) at d=128 N=8192 not causal in the main run: {base:.3f} ms"
+                    if base else "") + ".\n\n" + "\n".join(mab) + "\n")
     print(text)
     if args.md:
         with open(args.md, "w") as f:

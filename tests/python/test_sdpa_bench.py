@@ -50,7 +50,7 @@ def table(md):
 
 def compare_synthetic(tmp):
     print("compare on synthetic records")
-    recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok"),
+    recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok", ms_median=10.0),
             rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
             rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
@@ -66,6 +66,9 @@ def compare_synthetic(tmp):
             dict(rec("attnrun-sm90", "bwd", 128, 8192, 0, 200.0, check="ok"), ablate=0, ms_median=14.0),
             dict(rec("attnrun-sm90-ab3", "bwd", 128, 8192, 0, 250.0, check="ablated"), ablate=3, ms_median=10.5),
             dict(rec("attnrun-sm90", "fwd", 128, 8192, 0, 999.0, check="ok"), ablate=3),
+            dict(rec("attnrun-mma-ab0", "fwd", 128, 8192, 0, 410.0, check="ok"), mma_ablate=0, ms_median=8.0),
+            dict(rec("attnrun-mma-ab20", "fwd", 128, 8192, 0, 800.0, check="ablated"), mma_ablate=20, ms_median=2.0),
+            dict(rec("attnrun", "fwd", 128, 8192, 1, 777.0, check="ok"), mma_ablate=20, ms_median=3.0),
             rec("attnrun", "fwd", 192, 2048, 1, 100.0, hd_v=128, check="ok")]
     path, md = os.path.join(tmp, "syn.jsonl"), os.path.join(tmp, "syn.md")
     with open(path, "w") as f:
@@ -97,6 +100,15 @@ def compare_synthetic(tmp):
     abl = [l for l in open(md).read().splitlines() if l.startswith("| 128 | 8192 | no | dQ adds + dQ GEMM (3)")]
     check("ablation row: 10.5 ms, 3.5 saved, 0.25 of the full kernel's 14",
           len(abl) == 1 and "| 10.500 | 3.500 | 0.25 |" in abl[0])
+    check("an mma ablation run's records stay out of the main table (attnrun fwd 400, not 410)",
+          fwd is not None and fwd[0] == "400.0")
+    mab = [l for l in open(md).read().splitlines() if l.startswith("| 128 | 8192 | no | QK^T MMAs + PV MMAs (20)")]
+    check("mma ablation row: 2 ms, 6 saved, 0.75 of mask 0's 8",
+          len(mab) == 1 and "| 2.000 | 6.000 | 0.75 |" in mab[0])
+    check("mma ablation table: only the ablation kernel's rows (the causal default-kernel row left out)",
+          not any(l.startswith("| 128 | 8192 | yes | QK^T") for l in open(md).read().splitlines()))
+    check("mma ablation table names the default kernel's time of the main run (10 ms)",
+          "flash_fwd) at d=128 N=8192 not causal in the main run: 10.000 ms" in open(md).read())
     check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
     check("the device is named", "Test GPU" in p.stdout)
 
