@@ -304,6 +304,13 @@ STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 
 stage bench-mma2c 60 env ATTN_CUDA_FWD_CTAS=2 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
 stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
+# Where the mma.sync forward's time goes (0.17x torch at d=128 on 2026-12-04): its ablation
+# kernel with stages left out (ATTN_MMA_ABLATE bits, instance.h FA_AB_*; 2 only with 1),
+# one run a mask, mask 0 (nothing left out) first; compare's table prints each against it.
+STAGE_NOTE="ATTN_MMA_ABLATE=0,1,3,4,8,16,12,20,28,31: mma.sync fwd d=128 N=8K, stages left out"
+stage bench-mma-ablate 60 bash -c 'for m in 0 1 3 4 8 16 12 20 28 31; do
+    ATTN_MMA_ABLATE=$m "$0" --path mma --no-bwd --n 8192 --hd 128 --reps 5 --warmup 2 --json "$1" || exit 1
+  done' "$BENCH_BIN" "$JSON"
 STAGE_NOTE="torch SDPA flash + cuDNN"
 stage bench-torch 150 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" run --json "$JSON"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
@@ -374,15 +381,22 @@ if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
     STAGE_NOTE="ncu: $pkernel (ncu-$pname.txt)"
     stage "ncu-$pname" 60 bash -c "$(declare -f profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' profile $spec"
   done
-  # Where in the sm90 backward the warps stall: the PC-sampling source counters into a
-  # report (ncu-sm90-bwd-source.ncu-rep), then, if this ncu can print it, its SASS page
-  # with per-instruction samples (ncu-sm90-bwd-source.csv); the report comes back either way.
-  STAGE_NOTE="ncu: sm90 backward source counters (ncu-sm90-bwd-source.*)"
-  stage ncu-sm90-bwd-source 60 bash -c "'$NCU' --clock-control none -k flash_bwd_hd128_bf16_sm90 -c 1 \
-      --section SourceCounters --section WarpStateStats -f -o '$DEST/ncu-sm90-bwd-source' \
-      '$BENCH_BIN' --path sm90 --n 8192 --hd 128 --reps 1 --warmup 0 >/dev/null &&
-    { '$NCU' --import '$DEST/ncu-sm90-bwd-source.ncu-rep' --page source --print-source sass --csv \
-        >'$DEST/ncu-sm90-bwd-source.csv' || echo 'this ncu did not print the source page'; }"
+  # Where in a kernel the warps stall: the PC-sampling source counters into a report
+  # (ncu-NAME-source.ncu-rep), then, if this ncu can print it, its SASS page with
+  # per-instruction samples (ncu-NAME-source.csv); the report comes back either way.
+  source_profile() { # source_profile NAME KERNEL BENCH-ARGS...
+    local name=$1 kernel=$2
+    shift 2
+    "$NCU" --clock-control none -k "$kernel" -c 1 --section SourceCounters --section WarpStateStats \
+      -f -o "$DEST/ncu-$name-source" "$BENCH_BIN" --n 8192 --hd 128 --reps 1 --warmup 0 "$@" >/dev/null &&
+      { "$NCU" --import "$DEST/ncu-$name-source.ncu-rep" --page source --print-source sass --csv \
+        >"$DEST/ncu-$name-source.csv" || echo "this ncu did not print the source page"; }
+  }
+  for spec in "mma-fwd flash_fwd_hd128_bf16 --path mma --no-bwd" "sm90-bwd flash_bwd_hd128_bf16_sm90 --path sm90"; do
+    read -r pname pkernel _ <<<"$spec"
+    STAGE_NOTE="ncu: $pkernel source counters (ncu-$pname-source.*)"
+    stage "ncu-$pname-source" 60 bash -c "$(declare -f source_profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' source_profile $spec"
+  done
 else
   S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")
 fi
