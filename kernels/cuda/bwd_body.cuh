@@ -177,25 +177,13 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
       for (int kk = 0; kk < DQK / 16; kk++) {
         uint32_t ka[4];
         fa_ldsm_x4(ka, sK + (wk0 + (lane & 15)) * SQK + kk * 16 + (lane >> 4) * 8);
-        FA_UNROLL
-        for (int n = 0; n < B_BM / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4(bf, qb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(ST[n], ka, bf[0], bf[1]);
-          fa_mma(ST[n + 1], ka, bf[2], bf[3]);
-        }
+        FA_MMA_ABT(ST, ka, B_BM, qb, SQK, kk);
       }
       FA_UNROLL
       for (int kk = 0; kk < DV / 16; kk++) {
         uint32_t va[4];
         fa_ldsm_x4(va, sV + (wk0 + (lane & 15)) * SV + kk * 16 + (lane >> 4) * 8);
-        FA_UNROLL
-        for (int n = 0; n < B_BM / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4(bf, ob + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SV + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(DP[n], va, bf[0], bf[1]);
-          fa_mma(DP[n + 1], va, bf[2], bf[3]);
-        }
+        FA_MMA_ABT(DP, va, B_BM, ob, SV, kk);
       }
       /* P^T and dS^T (keys x query columns c: LSE and delta by column) */
       {
@@ -368,25 +356,13 @@ FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
       for (int kk = 0; kk < DQK / 16; kk++) { /* S = Q K^T, Q fragments from shared memory */
         uint32_t qa[4];
         fa_ldsm_x4(qa, sQ + (wr0 + (lane & 15)) * SQK + kk * 16 + (lane >> 4) * 8);
-        FA_UNROLL
-        for (int n = 0; n < Q_BN / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(S[n], qa, bf[0], bf[1]);
-          fa_mma(S[n + 1], qa, bf[2], bf[3]);
-        }
+        FA_MMA_ABT(S, qa, Q_BN, kb, SQK, kk);
       }
       FA_UNROLL
       for (int kk = 0; kk < DV / 16; kk++) { /* dP = dO V^T */
         uint32_t oa[4];
         fa_ldsm_x4(oa, sO + (wr0 + (lane & 15)) * SV + kk * 16 + (lane >> 4) * 8);
-        FA_UNROLL
-        for (int n = 0; n < Q_BN / 8; n += 2) {
-          uint32_t bf[4];
-          fa_ldsm_x4(bf, vb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SV + kk * 16 + ((lane >> 3) & 1) * 8);
-          fa_mma(P[n], oa, bf[0], bf[1]);
-          fa_mma(P[n + 1], oa, bf[2], bf[3]);
-        }
+        FA_MMA_ABT(P, oa, Q_BN, vb, SV, kk);
       }
       /* P (into S, unused after) and dS (into P, which held dP): query rows, so LSE and
        * delta by row */

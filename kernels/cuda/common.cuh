@@ -185,6 +185,21 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
     }                                                                                         \
   } while (0)
 
+/* C[n] += A B_n^T for the NN / 8 n-blocks of C: A the 16-column A fragment a, B_n the 8
+ * rows n*8.. of tile (row stride LD elements), their 16 columns kk*16.. (by ldmatrix,
+ * two n-blocks a load). */
+#define FA_MMA_ABT(C, a, NN, tile, LD, kk)                                                  \
+  do {                                                                                      \
+    FA_UNROLL                                                                               \
+    for (int n_ = 0; n_ < (NN) / 8; n_ += 2) {                                              \
+      uint32_t b_[4];                                                                       \
+      fa_ldsm_x4(b_, (tile) + (n_ * 8 + (lane >> 4) * 8 + (lane & 7)) * (LD) + (kk) * 16 +  \
+                         ((lane >> 3) & 1) * 8);                                            \
+      fa_mma(C[n_], a, b_[0], b_[1]);                                                       \
+      fa_mma(C[n_ + 1], a, b_[2], b_[3]);                                                   \
+    }                                                                                       \
+  } while (0)
+
 /* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A
  * layout, packed in pairs), B = KN rows x DN columns of a shared-memory tile at `tile`
  * (row stride LD elements) by ldmatrix.trans. Used for O += P V and dQ += dS K. */

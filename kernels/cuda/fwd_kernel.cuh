@@ -112,13 +112,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
           uint32_t qa[4];
           F_LOAD_Q(qa, kk);
 #endif
-          FA_UNROLL
-          for (int n = 0; n < F_BN / 8; n += 2) {
-            uint32_t bf[4];
-            fa_ldsm_x4(bf, kb + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * SQK + kk * 16 + ((lane >> 3) & 1) * 8);
-            fa_mma(S[n], qa, bf[0], bf[1]);
-            fa_mma(S[n + 1], qa, bf[2], bf[3]);
-          }
+          FA_MMA_ABT(S, qa, F_BN, kb, SQK, kk);
         }
       }
       /* Scores to log2 units (softcap / ALiBi only where set: otherwise the scale goes
