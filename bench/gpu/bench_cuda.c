@@ -17,12 +17,13 @@
  * Prints a table; --json FILE appends one JSON record per (shape, pass, path); sm90 records
  * carry "impl": "attnrun-sm90" ("attnrun-sm90-dqatomic" under ATTN_SM90_DQ=0, the backward's
  * dQ by atomics instead of TMA reduce-adds; "attnrun-sm90-ab<m>" under ATTN_SM90_ABLATE=m,
- * stages left out: not judged, and every record of such a run has "ablate"); mma records
- * "attnrun-mma4" under ATTN_CUDA_FWD_WARPS=4 (the mma.sync forward's 4-warp kernel),
- * "attnrun-mma2c" under ATTN_CUDA_FWD_CTAS=2 (its two-CTA 8-warp kernel) and, for the
- * forward rows its ablation kernel takes (bf16 d = 128 not causal), "attnrun-mma-ab<m>"
- * under ATTN_MMA_ABLATE=m (instance.h FA_AB_*: stages left out, judged only at m = 0; every
- * record of such a run has "mma_ablate"; run it with --no-bwd).
+ * stages left out: not judged, and every record of such a run has "ablate"); an mma forward
+ * record is named for the kernel the library says ran (attn_cuda_last_fwd_form):
+ * "attnrun-mma4" for the 4-warp kernel (ATTN_CUDA_FWD_WARPS=4), "attnrun-mma2c" for the
+ * two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2), "attnrun-mma-ab<m>" for the ablation kernel
+ * (ATTN_MMA_ABLATE=m, bf16 d = 128 not causal; instance.h FA_AB_*: stages left out, judged
+ * only at m = 0; every record of such a run has "mma_ablate"; run it with --no-bwd), else
+ * "attnrun"; mma backward records are "attnrun".
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -286,12 +287,6 @@ int main(int argc, char **argv) {
   char impl_ab[48];
   snprintf(impl_ab, sizeof impl_ab, "attnrun-mma-ab%d", mma_ablate);
   if (mabl) snprintf(ab_field, sizeof ab_field, ", \"mma_ablate\": %d", mma_ablate);
-  /* ATTN_CUDA_FWD_WARPS=4: the mma.sync forward's 4-warp kernel (its rows: "attnrun-mma4");
-   * ATTN_CUDA_FWD_CTAS=2: its two-CTA 8-warp kernel ("attnrun-mma2c"); dispatch.c's order */
-  const char *fw = getenv("ATTN_CUDA_FWD_WARPS"), *fc = getenv("ATTN_CUDA_FWD_CTAS");
-  const char *impl_mma = fw && atoi(fw) == 4   ? "attnrun-mma4"
-                         : fc && atoi(fc) == 2 ? "attnrun-mma2c"
-                                               : "attnrun";
   for (int di = 0; di < o.nd; di++)
     for (int ni = 0; ni < o.nn; ni++)
       for (int causal = 0; causal < 2; causal++)
@@ -345,6 +340,8 @@ int main(int argc, char **argv) {
               failed = 1;
               continue;
             }
+            /* the mma.sync forward kernel that ran (names a forward row: not the variable set) */
+            const char *form = attn_cuda_last_fwd_form();
             ra.bwd = pass;
             if (pass && run_once(&ra) != ATTN_OK) {
               fprintf(stderr, "bwd hd=%lld: %s\n", (long long)D, attn_last_error());
@@ -359,7 +356,10 @@ int main(int argc, char **argv) {
             }
             CHECK_CUDA(cudaStreamSynchronize(b.stream));
             const double rel = check_rows(&b, &spec, B, N, H, D, Dv, o.dtype, pass);
-            const int mma_ab = mabl && !sm90 && !pass && o.dtype == ATTN_BF16 && D == 128 && Dv == 128 && !causal;
+            const int fwd_mma = !sm90 && !pass, mma_ab = fwd_mma && !strcmp(form, "ab");
+            const char *impl_mma = fwd_mma && !strcmp(form, "4w")     ? "attnrun-mma4"
+                                   : fwd_mma && !strcmp(form, "2cta") ? "attnrun-mma2c"
+                                                                      : "attnrun";
             const int ablated = (ablate && sm90 && pass) || (mma_ab && mma_ablate),
                       ok = ablated || rel <= (pass ? 3e-2 : 2e-2);
             failed |= !ok;

@@ -447,6 +447,10 @@ static int64_t part_bytes(const attn_cuda_problem *p, fwd_plan pl) {
 
 static fwd_plan plan_of(const attn_cuda_problem *p);
 
+/* the FA_FWD_FORM_* the last bf16/f16 forward ran on mma.sync (-1: it ran none), which the
+ * launchers write through fa_call.form_ran (attn_cuda_last_fwd_form) */
+static int fwd_form_ran = -1;
+
 /* ATTN_MMA_ABLATE=m (set at all): a one-shot forward takes the mma.sync forward's ablation
  * kernel where it applies (instance.h FA_FWD_FORM_AB), stages FA_AB_* of m left out. */
 static void fwd_ablation(fa_call *c) {
@@ -481,6 +485,7 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4  ? FA_FWD_FORM_4W
                 : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2 ? FA_FWD_FORM_2CTA
                                                      : FA_FWD_FORM_8W;
+  c->form_ran = &fwd_form_ran;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
     c->dq_sem_bytes = (size_t)fixed;
@@ -542,6 +547,7 @@ static fwd_plan last_plan = {1, 1}, logged_plan = {1, 1};
  * attn_cuda_last_fwd_path / _plan either way. */
 static attn_status fwd_launch(const attn_cuda_problem *p, const fa_call *c) {
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  fwd_form_ran = -1;
   if (p->dtype == ATTN_F32) return launched(in->fwd(c), "flash forward", in);
   const char *why = NULL;
   fa_launcher hop = hopper_fwd(p, &why);
@@ -586,6 +592,16 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
 }
 
 const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
+
+const char *attn_cuda_last_fwd_form(void) {
+  switch (fwd_form_ran) {
+  case FA_FWD_FORM_8W: return "8w";
+  case FA_FWD_FORM_4W: return "4w";
+  case FA_FWD_FORM_2CTA: return "2cta";
+  case FA_FWD_FORM_AB: return "ab";
+  default: return "none";
+  }
+}
 
 void attn_cuda_fwd_plan(const attn_cuda_problem *p, int *pack, int *nsplit) {
   const fwd_plan pl = p && find_instance(p->Dqk, p->Dv, p->dtype, p->causal) ? plan_of(p)

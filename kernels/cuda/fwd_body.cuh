@@ -89,6 +89,7 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   if (c->fwd_form == FA_FWD_FORM_4W && p.pack == 1 && p.nsplit == 1) {
     e = fa_query_grid(&p, c, 64, &grid_x);
     if (e) return e;
+    *c->form_ran = FA_FWD_FORM_4W;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
                    dim3(128), F_SMEM_BYTES(64, FA_FWD_BN(DQK, DV)), c->stream, p);
     return e;
@@ -98,6 +99,7 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   if (c->fwd_form == FA_FWD_FORM_2CTA && p.pack == 1 && p.nsplit == 1) {
     e = fa_query_grid(&p, c, FA_FWD_BM, &grid_x);
     if (e) return e;
+    *c->form_ran = FA_FWD_FORM_2CTA;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd2c_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
                    dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_2CTA_BN(DQK, DV)),
                    c->stream, p);
@@ -109,6 +111,7 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     e = fa_query_grid(&p, c, FA_FWD_BM, &grid_x);
     if (e) return e;
     p.ablate = c->ablate; /* dispatch.c said so in the log */
+    *c->form_ran = FA_FWD_FORM_AB;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_ab_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
                    dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
     return e;
@@ -116,6 +119,7 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
 #endif
   e = fa_query_grid(&p, c, FA_FWD_BM / p.pack, &grid_x);
   if (e) return e;
+  *c->form_ran = FA_FWD_FORM_8W;
   FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_),
                  dim3((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B),
                  dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);

@@ -30,6 +30,7 @@ typedef struct {
   int pack, nsplit;
   int fwd_form; /* which mma.sync forward kernel, where it applies (FA_FWD_FORM_*) */
   int ablate;   /* FA_FWD_FORM_AB's FA_AB_* bits (ATTN_MMA_ABLATE) */
+  int *form_ran; /* where the mma.sync forward's launcher writes the FA_FWD_FORM_* it ran */
   float *part;
   void *stream;
 } fa_call;

@@ -280,6 +280,45 @@ void gc_out_free(gc_out *o) {
   memset(o, 0, sizeof *o);
 }
 
+/* ---- which mma.sync forward kernel ran ------------------------------------------------
+ * Every one-shot forward (gc_fwd) tallies attn_cuda_last_fwd_form(); a part run with
+ * ATTN_MMA_ABLATE, ATTN_CUDA_FWD_WARPS=4 or ATTN_CUDA_FWD_CTAS=2 (the precedence of
+ * dispatch.c's carve) fails unless one of its mma.sync forwards ran the kernel so asked for:
+ * a variable the dispatcher ignored would otherwise pass as the default kernel's test. */
+static const char *const form_names[] = {"8w", "4w", "2cta", "ab", "none"};
+enum { N_FORMS = (int)(sizeof form_names / sizeof form_names[0]) };
+static int form_runs[N_FORMS];
+static void (*chosen_part)(void);
+
+static void tally_form(void) {
+  const char *f = attn_cuda_last_fwd_form();
+  for (int i = 0; i < N_FORMS; i++)
+    if (!strcmp(f, form_names[i])) form_runs[i]++;
+}
+
+static int env_is(const char *name, int value) {
+  const char *v = getenv(name);
+  return v && *v && atoi(v) == value;
+}
+
+static void run_and_check_forms(void) {
+  chosen_part();
+  const char *asked = getenv("ATTN_MMA_ABLATE")          ? "ab"
+                      : env_is("ATTN_CUDA_FWD_WARPS", 4) ? "4w"
+                      : env_is("ATTN_CUDA_FWD_CTAS", 2)  ? "2cta"
+                                                          : NULL;
+  int mma = 0, got = 0;
+  printf("mma.sync forward kernels of the one-shot forwards:");
+  for (int i = 0; i < N_FORMS; i++) {
+    printf(" %s %d", form_names[i], form_runs[i]);
+    if (strcmp(form_names[i], "none")) mma += form_runs[i];
+    if (asked && !strcmp(form_names[i], asked)) got = form_runs[i];
+  }
+  printf("%s%s\n", asked ? "; asked for " : "", asked ? asked : "");
+  if (asked) TU_CHECK(mma == 0 || got > 0, "the environment asks for the %s kernel, but none of "
+                      "the %d mma.sync forwards ran it", asked, mma);
+}
+
 int gc_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count,
                  const char *first_part, int *small) {
   const char *part = argc > 1 ? argv[1] : first_part;
@@ -289,7 +328,14 @@ int gc_run_parts(const char *test, int argc, char **argv, const tu_part *parts, 
   }
   *small = td_emulated() && !(getenv("ATTN_EMU_FULL") && atoi(getenv("ATTN_EMU_FULL")));
   printf("%s %s on %s; head dims built: %s\n", test, part, td_name(), attn_cuda_head_dims());
-  return tu_run_parts(test, argc, argv, parts, count);
+  for (int i = 0; i < count; i++)
+    if (!strcmp(part, parts[i].name)) { /* the part, then the check of its forms */
+      const tu_part one = {parts[i].name, run_and_check_forms};
+      char *args[] = {argv[0], (char *)part, NULL};
+      chosen_part = parts[i].run;
+      return tu_run_parts(test, 2, args, &one, 1);
+    }
+  return tu_run_parts(test, argc, argv, parts, count); /* names the parts there are */
 }
 
 /* ---- runs ---------------------------------------------------------------------------- */
@@ -309,6 +355,7 @@ static attn_status fwd_or_finalize(gc_prob *P, const attn_state *state, gc_out *
   attn_status st = state ? attn_cuda_finalize(&P->pb, state, o, P->d_lse, NULL)
                          : attn_cuda_fwd(&P->pb, o, P->d_lse, P->Sq, P->d_ws, P->ws_bytes, NULL);
   td_sync();
+  if (!state && st == ATTN_OK) tally_form();
   if (!out->o) out->o = tu_alloc((size_t)no * 4);
   if (!out->lse) out->lse = tu_alloc((size_t)nl * 4);
   gc_download_elems(P, P->d_o, P->Sq, P->Hq, P->Dv, out->o);
