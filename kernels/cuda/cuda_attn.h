@@ -169,7 +169,8 @@ const char *attn_cuda_last_bwd_path(void);
  * dK/dV kernel's tiles, else the forward's; sm90: the call ran the Hopper kernel.
  * Reads p->cu_seqlens_*, p->block_mask and p->kv_used, which must be HOST copies here. */
 void attn_cuda_count_tiles(const attn_cuda_problem *p, int backward, int sm90, attn_stats *out);
-/* The tile shape those counts use: query rows x keys of one tile. */
+/* The tile shape those counts use: query rows x keys of one tile (the mma.sync forward's:
+ * of the kernel attn_cuda_last_fwd_form names). */
 void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, int *rows,
                           int *keys);
 

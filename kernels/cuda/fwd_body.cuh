@@ -87,11 +87,11 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   int e = 0;
 #if FA_FWD_W4(DQK, DV)
   if (c->fwd_form == FA_FWD_FORM_4W && p.pack == 1 && p.nsplit == 1) {
-    e = fa_query_grid(&p, c, 64, &grid_x);
+    e = fa_query_grid(&p, c, FA_FWD_W4_BM, &grid_x);
     if (e) return e;
     *c->form_ran = FA_FWD_FORM_4W;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-                   dim3(128), F_SMEM_BYTES(64, FA_FWD_BN(DQK, DV)), c->stream, p);
+                   dim3(128), F_SMEM_BYTES(FA_FWD_W4_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
     return e;
   }
 #endif

@@ -69,6 +69,7 @@
  * ATTN_CUDA_FWD_WARPS=4: an experiment against the 8-warp kernel's one CTA an SM, whose
  * warps meet at every tile's barrier (all in softmax at once, the tensor cores idle). */
 #define FA_FWD_W4(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
+#define FA_FWD_W4_BM 64 /* its query rows per CTA */
 /* A third forward kernel at head dims up to 128, ATTN_CUDA_FWD_CTAS=2: the 8-warp kernel
  * built for two CTAs an SM (__launch_bounds__(256, 2): at most 128 registers a thread, so
  * four warps a scheduler hide each other's latency instead of two), with Q's fragments
