@@ -3,6 +3,7 @@
  * never comes) and the MPI-staged transport across all ranks (allreduce, allgather,
  * alltoall, a ring exchange, split). Run under mpiexec -np 1 or 2; exits 77 without a GPU. */
 #include "comm.h"
+#include "../mpi/rank_check.h"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -18,20 +19,6 @@ attn_status attn__comm_staged_create(attn__comm *mpi, void *stream, attn__comm *
 static int wrank, wsize, nfail;
 static cudaStream_t stream;
 
-#define CHECK(cond, ...)                                                                  \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", wrank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                \
-      nfail++;                                                                            \
-    }                                                                                     \
-  } while (0)
-#define CHECK_OK(expr)                                                                    \
-  do {                                                                                    \
-    attn_status s_ = (expr);                                                              \
-    CHECK(s_ == ATTN_OK, "%s -> %s: %s", #expr, attn_status_string(s_), attn_last_error()); \
-  } while (0)
 #define CUDA_OK(expr)                                                                     \
   do {                                                                                    \
     cudaError_t e_ = (expr);                                                              \

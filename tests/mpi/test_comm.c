@@ -3,6 +3,7 @@
  * with uneven sizes, MPI errors as ATTN_ERR_MPI, the fingerprint agreement, the tp x cp
  * split, the step record, and attn_cp_shard_rows. Run on any number of ranks. */
 #include "../../runtime/group.h"
+#include "rank_check.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -11,21 +12,6 @@
 
 static int wrank, wsize, nfail;
 static struct attn_ctx_s dummy_ctx; /* the group only keeps the pointer */
-
-#define CHECK(cond, ...)                                                                  \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", wrank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                \
-      nfail++;                                                                            \
-    }                                                                                     \
-  } while (0)
-#define CHECK_OK(expr)                                                                    \
-  do {                                                                                    \
-    attn_status s_ = (expr);                                                              \
-    CHECK(s_ == ATTN_OK, "%s -> %s: %s", #expr, attn_status_string(s_), attn_last_error()); \
-  } while (0)
 
 static unsigned char byte_of(int a, int b, int64_t i) { return (unsigned char)(a * 31 + b * 7 + i * 13 + (i >> 8)); }
 

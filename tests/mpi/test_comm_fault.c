@@ -6,6 +6,7 @@
  *     test) makes a rank exit, die or stall, and a rank that gets an error prints it and
  *     calls MPI_Abort — so the job must end non-zero (tests/mpi/expect_fail.cmake checks). */
 #include "../../comm/comm.h"
+#include "rank_check.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -15,16 +16,6 @@
 #include <unistd.h>
 
 static int wrank, wsize, nfail;
-
-#define CHECK(cond, ...)                                                                  \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", wrank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                \
-      nfail++;                                                                            \
-    }                                                                                     \
-  } while (0)
 
 enum { TIMEOUT_S = 2 };
 /* Grace for the ranks that time out: the diagnosis round (0.5 s at a 2 s timeout) and
