@@ -304,18 +304,19 @@ def compare(args):
                      f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
-    # the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2) against best torch
-    # and against the default 8-warp kernel
-    for key in sorted(rows, key=lambda k: (-k[1][0], -k[1][1], k[2], k[3])):
-        r, name = rows[key], "attnrun-mma2c"
-        if key[0] != "fwd" or name not in r or "tflops" not in r[name]:
-            continue
-        t, base = r[name]["tflops"], r.get("attnrun", {}).get("tflops")
-        best = max([r[i]["tflops"] for i in ("torch-flash", "torch-cudnn") if "tflops" in r.get(i, {})],
-                   default=None)
-        lines.append(f"| fwd mma 2-CTA | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
-                     f"{t:.1f} | - | - | - | - | {f'{t / best:.2f}' if best else '-'} | "
-                     f"{f'{t / base:.2f} of 8-warp' if base else '-'} | {r[name].get('check', '-')} |")
+    # the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2) and its 4-warp kernel
+    # of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32) against best torch and the default 8-warp kernel
+    for name, label in (("attnrun-mma2c", "fwd mma 2-CTA"), ("attnrun-mma4x32", "fwd mma 4x32")):
+        for key in sorted(rows, key=lambda k: (-k[1][0], -k[1][1], k[2], k[3])):
+            r = rows[key]
+            if key[0] != "fwd" or name not in r or "tflops" not in r[name]:
+                continue
+            t, base = r[name]["tflops"], r.get("attnrun", {}).get("tflops")
+            best = max([r[i]["tflops"] for i in ("torch-flash", "torch-cudnn") if "tflops" in r.get(i, {})],
+                       default=None)
+            lines.append(f"| {label} | {dims_label(key[1])} | {key[2]} | {'yes' if key[3] else 'no'} | "
+                         f"{t:.1f} | - | - | - | - | {f'{t / best:.2f}' if best else '-'} | "
+                         f"{f'{t / base:.2f} of 8-warp' if base else '-'} | {r[name].get('check', '-')} |")
     # the sm90 backward's dQ by atomics (ATTN_SM90_DQ=0) against its TMA reduce-adds (the default)
     for key in sorted(rows, key=lambda k: (-k[1][0], k[2], k[3])):
         r, name = rows[key], "attnrun-sm90-dqatomic"

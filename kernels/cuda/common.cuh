@@ -185,43 +185,62 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
     }                                                                                         \
   } while (0)
 
+/* The m-tile loops below take MS 16-row m-tiles of A at once, each fragment of B loaded
+ * once for all of them; SUB(X, ms) names m-tile ms's part of X: FA_ONE, X itself (one
+ * m-tile), or FA_EACH, X[ms]. */
+#define FA_ONE(X, ms) X
+#define FA_EACH(X, ms) X[ms]
+
 /* C[n] += A B_n^T for the NN / 8 n-blocks of C: A the 16-column A fragment a, B_n the 8
  * rows n*8.. of tile (row stride LD elements), their 16 columns kk*16.. (by ldmatrix,
- * two n-blocks a load). */
-#define FA_MMA_ABT(C, a, NN, tile, LD, kk)                                                  \
+ * two n-blocks a load); FA_MMA_ABT_M: for MS m-tiles, SUB(C, ms) and SUB(a, ms). */
+#define FA_MMA_ABT_M(C, a, MS, SUB, NN, tile, LD, kk)                                       \
   do {                                                                                      \
     FA_UNROLL                                                                               \
     for (int n_ = 0; n_ < (NN) / 8; n_ += 2) {                                              \
       uint32_t b_[4];                                                                       \
       fa_ldsm_x4(b_, (tile) + (n_ * 8 + (lane >> 4) * 8 + (lane & 7)) * (LD) + (kk) * 16 +  \
                          ((lane >> 3) & 1) * 8);                                            \
-      fa_mma(C[n_], a, b_[0], b_[1]);                                                       \
-      fa_mma(C[n_ + 1], a, b_[2], b_[3]);                                                   \
+      FA_UNROLL                                                                             \
+      for (int ms_ = 0; ms_ < (MS); ms_++) {                                                \
+        fa_mma(SUB(C, ms_)[n_], SUB(a, ms_), b_[0], b_[1]);                                 \
+        fa_mma(SUB(C, ms_)[n_ + 1], SUB(a, ms_), b_[2], b_[3]);                             \
+      }                                                                                     \
     }                                                                                       \
   } while (0)
+#define FA_MMA_ABT(C, a, NN, tile, LD, kk) FA_MMA_ABT_M(C, a, 1, FA_ONE, NN, tile, LD, kk)
 
 /* acc[n] += A B over K = KN: A from score registers S[KN/8][4] (an mma C layout is the A
  * layout, packed in pairs), B = KN rows x DN columns of a shared-memory tile at `tile`
- * (row stride LD elements) by ldmatrix.trans. Used for O += P V and dQ += dS K. */
-#define FA_MMA_SCORES_SMEM(acc, S, KN, DN, tile, LD)                                        \
+ * (row stride LD elements) by ldmatrix.trans. Used for O += P V and dQ += dS K.
+ * FA_MMA_SCORES_SMEM_M: for MS m-tiles, SUB(acc, ms) and SUB(S, ms) (FA_MMA_ABT_M). */
+#define FA_MMA_SCORES_SMEM_M(acc, S, MS, SUB, KN, DN, tile, LD)                             \
   do {                                                                                      \
     FA_UNROLL                                                                               \
     for (int kc_ = 0; kc_ < (KN) / 16; kc_++) {                                             \
-      uint32_t a_[4];                                                                       \
-      a_[0] = fa_pack(S[2 * kc_][0], S[2 * kc_][1]);                                        \
-      a_[1] = fa_pack(S[2 * kc_][2], S[2 * kc_][3]);                                        \
-      a_[2] = fa_pack(S[2 * kc_ + 1][0], S[2 * kc_ + 1][1]);                                \
-      a_[3] = fa_pack(S[2 * kc_ + 1][2], S[2 * kc_ + 1][3]);                                \
+      uint32_t a_[MS][4];                                                                   \
+      FA_UNROLL                                                                             \
+      for (int ms_ = 0; ms_ < (MS); ms_++) {                                                \
+        a_[ms_][0] = fa_pack(SUB(S, ms_)[2 * kc_][0], SUB(S, ms_)[2 * kc_][1]);             \
+        a_[ms_][1] = fa_pack(SUB(S, ms_)[2 * kc_][2], SUB(S, ms_)[2 * kc_][3]);             \
+        a_[ms_][2] = fa_pack(SUB(S, ms_)[2 * kc_ + 1][0], SUB(S, ms_)[2 * kc_ + 1][1]);     \
+        a_[ms_][3] = fa_pack(SUB(S, ms_)[2 * kc_ + 1][2], SUB(S, ms_)[2 * kc_ + 1][3]);     \
+      }                                                                                     \
       FA_UNROLL                                                                             \
       for (int n_ = 0; n_ < (DN) / 8; n_ += 2) {                                            \
         uint32_t b_[4];                                                                     \
         fa_ldsm_x4_t(b_, (tile) + (kc_ * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * (LD) +  \
                              n_ * 8 + (lane >> 4) * 8);                                     \
-        fa_mma(acc[n_], a_, b_[0], b_[1]);                                                  \
-        fa_mma(acc[n_ + 1], a_, b_[2], b_[3]);                                              \
+        FA_UNROLL                                                                           \
+        for (int ms_ = 0; ms_ < (MS); ms_++) {                                              \
+          fa_mma(SUB(acc, ms_)[n_], a_[ms_], b_[0], b_[1]);                                 \
+          fa_mma(SUB(acc, ms_)[n_ + 1], a_[ms_], b_[2], b_[3]);                             \
+        }                                                                                   \
       }                                                                                     \
     }                                                                                       \
   } while (0)
+#define FA_MMA_SCORES_SMEM(acc, S, KN, DN, tile, LD) \
+  FA_MMA_SCORES_SMEM_M(acc, S, 1, FA_ONE, KN, DN, tile, LD)
 
 typedef uint16_t fa_elem; /* bf16 or f16 bits */
 

@@ -482,9 +482,10 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   const int aligned = ws && (uintptr_t)ws % 16 == 0;
   c->pack = pl.pack;
   c->nsplit = 1;
-  c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4  ? FA_FWD_FORM_4W
-                : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2 ? FA_FWD_FORM_2CTA
-                                                     : FA_FWD_FORM_8W;
+  c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4       ? FA_FWD_FORM_4W
+                : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2      ? FA_FWD_FORM_2CTA
+                : ATTN_PARAM("CUDA_FWD_WARP_ROWS", 16) == 32 ? FA_FWD_FORM_4X32
+                                                          : FA_FWD_FORM_8W;
   c->form_ran = &fwd_form_ran;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
@@ -599,6 +600,7 @@ const char *attn_cuda_last_fwd_form(void) {
   case FA_FWD_FORM_4W: return "4w";
   case FA_FWD_FORM_2CTA: return "2cta";
   case FA_FWD_FORM_AB: return "ab";
+  case FA_FWD_FORM_4X32: return "4x32";
   default: return "none";
   }
 }

@@ -24,11 +24,12 @@
 /* shared memory of a CTA of bm query rows and bn-key tiles */
 #define F_SMEM_BYTES(bm, bn) (((bm) * SQK + 2 * (bn) * SQK + 2 * (bn) * SV) * 2 + (bm) * 4)
 
-/* Each kernel: F_WARPS warps, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
+/* Each kernel: F_WARPS warps of F_MS 16-row m-tiles, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
  * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL),
  * the ablation switches or not (F_ABLATE: 0 compiles them away). */
 /* The 8-warp kernel (128 rows: the default, and every decode form). */
 #define F_WARPS FA_FWD_WARPS
+#define F_MS 1
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 1
@@ -41,6 +42,7 @@
 /* The 4-warp kernel (64 rows, two CTAs an SM: one CTA's softmax overlaps the other's
  * mma), ATTN_CUDA_FWD_WARPS=4, without the decode forms (pack, split). */
 #define F_WARPS 4
+#define F_MS 1
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 0
@@ -55,6 +57,7 @@
  * ATTN_CUDA_FWD_CTAS=2, launched without the decode forms (pack, split); they stay
  * compiled in (F_DECODE 1) because without them ptxas spilled 44-56 B at 128 registers. */
 #define F_WARPS FA_FWD_WARPS
+#define F_MS 1
 #define F_BN FA_FWD_2CTA_BN(DQK, DV)
 #define F_Q_IN_REGS 0
 #define F_DECODE 1
@@ -64,11 +67,27 @@
 #define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
 #include "fwd_kernel.cuh"
 #endif
+#if FA_FWD_4X32(DQK, DV)
+/* The FlashAttention-2 shape (128 rows: 4 warps of two 16-row m-tiles, each K/V fragment
+ * loaded once for both; two CTAs an SM), ATTN_CUDA_FWD_WARP_ROWS=32, without the decode
+ * forms; Q's fragments from shared memory (two m-tiles' would not fit beside O). */
+#define F_WARPS 4
+#define F_MS 2
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS 0
+#define F_DECODE 0
+#define F_LOAD_ALL 1
+#define F_ABLATE 0
+#define F_NAME FA_FN(flash_fwd4x32_)
+#define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
+#include "fwd_kernel.cuh"
+#endif
 /* The ablation kernel (ATTN_MMA_ABLATE; instance.h FA_FWD_FORM_AB): the 8-warp kernel with
  * the switches of p.ablate, at bf16 (128, 128) not causal only (one instance to build). */
 #define F_AB_HERE (FA_BF16 && !FA_CAUSAL && DQK == 128 && DV == 128)
 #if F_AB_HERE
 #define F_WARPS FA_FWD_WARPS
+#define F_MS 1
 #define F_BN FA_FWD_BN(DQK, DV)
 #define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
 #define F_DECODE 1
@@ -103,6 +122,16 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd2c_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
                    dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_2CTA_BN(DQK, DV)),
                    c->stream, p);
+    return e;
+  }
+#endif
+#if FA_FWD_4X32(DQK, DV)
+  if (c->fwd_form == FA_FWD_FORM_4X32 && p.pack == 1 && p.nsplit == 1) {
+    e = fa_query_grid(&p, c, FA_FWD_BM, &grid_x);
+    if (e) return e;
+    *c->form_ran = FA_FWD_FORM_4X32;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4x32_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
+                   dim3(128), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
     return e;
   }
 #endif

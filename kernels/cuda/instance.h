@@ -37,12 +37,19 @@ typedef struct {
 
 /* The mma.sync forward's kernels (fa_call.fwd_form; traits.h): 8 warps, one CTA an SM (the
  * default, and every decode form); 4 warps, two CTAs an SM (ATTN_CUDA_FWD_WARPS=4); 8 warps,
- * two CTAs an SM (ATTN_CUDA_FWD_CTAS=2). The last two: head dims up to 128, no pack, no split.
+ * two CTAs an SM (ATTN_CUDA_FWD_CTAS=2); 4 warps of 32 rows, two CTAs an SM
+ * (ATTN_CUDA_FWD_WARP_ROWS=32). The last three: head dims up to 128, no pack, no split.
  * And a timing experiment (ATTN_MMA_ABLATE=m, set at all: FA_FWD_FORM_AB): the 8-warp kernel
  * built once more with run-time switches that leave stages of its key-tile loop out, bits
  * FA_AB_* of m (0: nothing left out, the switches' own cost), for bf16 (128, 128) not
  * causal, one shot, no decode form, not paged; its results are wrong for m != 0. */
-enum { FA_FWD_FORM_8W = 0, FA_FWD_FORM_4W = 1, FA_FWD_FORM_2CTA = 2, FA_FWD_FORM_AB = 3 };
+enum {
+  FA_FWD_FORM_8W = 0,
+  FA_FWD_FORM_4W = 1,
+  FA_FWD_FORM_2CTA = 2,
+  FA_FWD_FORM_AB = 3,
+  FA_FWD_FORM_4X32 = 4
+};
 enum {
   FA_AB_LOAD = 1,     /* K/V tiles after the first two are not loaded (the buffers are reused) */
   FA_AB_BAR = 2,      /* nor waited for: no barrier after the second tile (implies LOAD) */

@@ -86,6 +86,12 @@
 #else
 #define FA_FWD_2CTA_MINB 2
 #endif
+/* A fourth at head dims up to 128, ATTN_CUDA_FWD_WARP_ROWS=32: FlashAttention-2's shape on
+ * sm_80/sm_90 at d = 128 — 128 rows a CTA as 4 warps of 32 rows (two 16-row m-tiles that
+ * share every K/V fragment: half the ldmatrix traffic an MMA), two CTAs an SM at up to 255
+ * registers, so one CTA's waits overlap the other's work without the 4-warp kernel's doubled
+ * K/V reads. */
+#define FA_FWD_4X32(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are

@@ -302,6 +302,8 @@ STAGE_NOTE="the mma.sync forward's 4-warp kernel (ATTN_CUDA_FWD_WARPS=4: two CTA
 stage bench-mma4 60 env ATTN_CUDA_FWD_WARPS=4 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 128 registers, Q from shared memory), d=128/64, N=1K..16K"
 stage bench-mma2c 60 env ATTN_CUDA_FWD_CTAS=2 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
+STAGE_NOTE="the mma.sync forward's 4-warp kernel of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32: FlashAttention-2's 128-row CTA, two an SM), d=128/64, N=1K..16K"
+stage bench-mma4x32 60 env ATTN_CUDA_FWD_WARP_ROWS=32 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
 stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
 # Where the mma.sync forward's time goes (0.17x torch at d=128 on 2026-12-04): its ablation

@@ -53,6 +53,7 @@ def compare_synthetic(tmp):
     recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok", ms_median=10.0),
             rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
             rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok"),
+            rec("attnrun-mma4x32", "fwd", 128, 8192, 0, 450.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
             rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
             rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
@@ -85,6 +86,9 @@ def compare_synthetic(tmp):
     c2 = t.get(("fwd mma 2-CTA", "128", "8192", "no"))
     check("2-CTA mma row: 540, 540/600 of best torch, 1.35 of the 8-warp 400",
           c2 is not None and c2[0] == "540.0" and c2[5] == "0.90" and c2[6] == "1.35 of 8-warp" and c2[7] == "ok")
+    c4 = t.get(("fwd mma 4x32", "128", "8192", "no"))
+    check("4x32 mma row: 450, 450/600 of best torch, 1.12 of the 8-warp 400",
+          c4 is not None and c4[0] == "450.0" and c4[5] == "0.75" and c4[6] == "1.12 of 8-warp" and c4[7] == "ok")
     bwd = t.get(("bwd", "64", "4096", "yes"))
     check("bwd row: cuDNN error shown, ratio to flash 150/300",
           bwd is not None and bwd[4] == "error" and bwd[5] == "0.50" and bwd[6] == "0.80")
