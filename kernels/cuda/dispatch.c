@@ -595,14 +595,10 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p) {
 const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
 
 const char *attn_cuda_last_fwd_form(void) {
-  switch (fwd_form_ran) {
-  case FA_FWD_FORM_8W: return "8w";
-  case FA_FWD_FORM_4W: return "4w";
-  case FA_FWD_FORM_2CTA: return "2cta";
-  case FA_FWD_FORM_AB: return "ab";
-  case FA_FWD_FORM_4X32: return "4x32";
-  default: return "none";
-  }
+  static const char *const names[] = {[FA_FWD_FORM_8W] = "8w", [FA_FWD_FORM_4W] = "4w",
+                                      [FA_FWD_FORM_2CTA] = "2cta", [FA_FWD_FORM_AB] = "ab",
+                                      [FA_FWD_FORM_4X32] = "4x32"};
+  return fwd_form_ran >= 0 ? names[fwd_form_ran] : "none";
 }
 
 void attn_cuda_fwd_plan(const attn_cuda_problem *p, int *pack, int *nsplit) {

@@ -282,8 +282,9 @@ void gc_out_free(gc_out *o) {
 
 /* ---- which mma.sync forward kernel ran ------------------------------------------------
  * Every one-shot forward (gc_fwd) tallies attn_cuda_last_fwd_form(); a part run with
- * ATTN_MMA_ABLATE, ATTN_CUDA_FWD_WARPS=4, ATTN_CUDA_FWD_CTAS=2 or ATTN_CUDA_FWD_WARP_ROWS=32 (the precedence of
- * dispatch.c's carve) fails unless one of its mma.sync forwards ran the kernel so asked for:
+ * ATTN_MMA_ABLATE, ATTN_CUDA_FWD_WARPS=4, ATTN_CUDA_FWD_CTAS=2 or ATTN_CUDA_FWD_WARP_ROWS=32
+ * (the precedence of dispatch.c's carve) fails unless one of its mma.sync forwards ran the
+ * kernel so asked for:
  * a variable the dispatcher ignored would otherwise pass as the default kernel's test. */
 static const char *const form_names[] = {"8w", "4w", "2cta", "4x32", "ab", "none"};
 enum { N_FORMS = (int)(sizeof form_names / sizeof form_names[0]) };
