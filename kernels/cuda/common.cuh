@@ -424,34 +424,76 @@ struct fa_qrows {
   int qblk[2]; /* block-mask query block of the row */
 };
 
-FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R0, int npos,
-                          int pack, int wr0, int lane, fa_qrows &q) {
-  const int g = lane / 4, rows = npos * pack;
-  fa_row_keys(p, causal, s, R0, q.lo_first, q.hi_first);
-  fa_row_keys(p, causal, s, R0 + npos - 1, q.lo_last, q.hi_last);
-  q.kc0 = fa_max(q.lo_first, s.c0);
-  q.kc1 = fa_min(q.hi_last + 1, s.c1);
+/* Row r of such a CTA (r past the rows: no keys, [skv, -1]): what fa_qrows holds of each
+ * row. 16 bytes, so a kernel short of registers keeps a table of them in shared memory. */
+struct fa_qrow {
+  int lo, hi; /* its key range (lo > hi: none) */
+  int ipos;   /* fa_qrows.ipos */
+  int qblk;   /* fa_qrows.qblk */
+};
+
+FA_DEV fa_qrow fa_qrow_at(const fa_params &p, int causal, const fa_seg &s, int R0, int npos,
+                          int pack, int r) {
+  const int pos = R0 + r / pack;
+  fa_qrow e;
+  e.lo = (int)p.skv;
+  e.hi = -1;
+  if (r < npos * pack) fa_row_keys(p, causal, s, pos, e.lo, e.hi);
+  e.ipos = pos + s.qpos_row0 + s.off - s.kpos_col0;
+  e.qblk = p.bm ? (pos + s.qpos_row0) / p.bq : 0;
+  return e;
+}
+
+/* The warp's and the thread's fields of q (m-tile rows wr0 .. wr0 + 15 of `rows`), row(r)
+ * giving row r's fa_qrow: computed, or read from a table. */
+template <class RowFn>
+FA_DEV void fa_qrows_fill(int rows, int wr0, int lane, const RowFn &row, fa_qrows &q) {
   q.wn = rows - wr0 < 0 ? 0 : rows - wr0 > 16 ? 16 : rows - wr0;
   q.wlo_last = 0;
   q.whi_first = -1;
   q.vlo = 1;
   q.vhi = 0;
   if (q.wn > 0) {
-    int x, y;
-    fa_row_keys(p, causal, s, R0 + (wr0 + q.wn - 1) / pack, q.wlo_last, x);
-    fa_row_keys(p, causal, s, R0 + wr0 / pack, y, q.whi_first);
-    if ((lane & 15) < q.wn)
-      fa_row_keys(p, causal, s, R0 + (wr0 + (lane & 15)) / pack, q.vlo, q.vhi);
+    q.wlo_last = row(wr0 + q.wn - 1).lo;
+    q.whi_first = row(wr0).hi;
+    if ((lane & 15) < q.wn) {
+      const fa_qrow v = row(wr0 + (lane & 15));
+      q.vlo = v.lo;
+      q.vhi = v.hi;
+    }
   }
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
-    const int r = wr0 + g + 8 * i, pos = R0 + r / pack;
-    q.lo_r[i] = (int)p.skv;
-    q.hi_r[i] = -1;
-    if (r < rows) fa_row_keys(p, causal, s, pos, q.lo_r[i], q.hi_r[i]);
-    q.ipos[i] = pos + s.qpos_row0 + s.off - s.kpos_col0;
-    q.qblk[i] = p.bm ? (pos + s.qpos_row0) / p.bq : 0;
+    const fa_qrow e = row(wr0 + lane / 4 + 8 * i);
+    q.lo_r[i] = e.lo;
+    q.hi_r[i] = e.hi;
+    q.ipos[i] = e.ipos;
+    q.qblk[i] = e.qblk;
   }
+}
+
+FA_DEV void fa_qrows_init(const fa_params &p, int causal, const fa_seg &s, int R0, int npos,
+                          int pack, int wr0, int lane, fa_qrows &q) {
+  fa_row_keys(p, causal, s, R0, q.lo_first, q.hi_first);
+  fa_row_keys(p, causal, s, R0 + npos - 1, q.lo_last, q.hi_last);
+  q.kc0 = fa_max(q.lo_first, s.c0);
+  q.kc1 = fa_min(q.hi_last + 1, s.c1);
+  fa_qrows_fill(npos * pack, wr0, lane,
+                [&](int r) { return fa_qrow_at(p, causal, s, R0, npos, pack, r); }, q);
+}
+
+/* q of m-tile rows wr0.. from a CTA's row table tab[rows] (fa_qrow_at of each row), its
+ * CTA-wide fields from cta (an fa_qrows_init of the CTA's); returns q. */
+FA_DEV const fa_qrows &fa_qrows_tab(const fa_qrow *tab, const fa_qrows &cta, int rows, int wr0,
+                                    int lane, fa_qrows &q) {
+  q.lo_first = cta.lo_first;
+  q.hi_first = cta.hi_first;
+  q.lo_last = cta.lo_last;
+  q.hi_last = cta.hi_last;
+  q.kc0 = cta.kc0;
+  q.kc1 = cta.kc1;
+  fa_qrows_fill(rows, wr0, lane, [&](int r) { return tab[r]; }, q);
+  return q;
 }
 
 /* A warp's share of key tile t: 0 idle (nothing visible), 1 full (all 16 rows see every

@@ -26,7 +26,8 @@
 
 /* Each kernel: F_WARPS warps of F_MS 16-row m-tiles, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
  * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL),
- * the ablation switches or not (F_ABLATE: 0 compiles them away). */
+ * the ablation switches or not (F_ABLATE: 0 compiles them away), the rows' bounds in a
+ * shared-memory table or in registers (F_ROW_TABLE; the table adds F_BM * 16 bytes). */
 /* The 8-warp kernel (128 rows: the default, and every decode form). */
 #define F_WARPS FA_FWD_WARPS
 #define F_MS 1
@@ -35,6 +36,7 @@
 #define F_DECODE 1
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
+#define F_ROW_TABLE 0
 #define F_NAME FA_FN(flash_fwd_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -48,6 +50,7 @@
 #define F_DECODE 0
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
+#define F_ROW_TABLE 0
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -63,6 +66,7 @@
 #define F_DECODE 1
 #define F_LOAD_ALL 0 /* its 8 addresses in flight spilled 8-68 B at 128 registers */
 #define F_ABLATE 0
+#define F_ROW_TABLE 0
 #define F_NAME FA_FN(flash_fwd2c_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
 #include "fwd_kernel.cuh"
@@ -73,11 +77,12 @@
  * forms; Q's fragments from shared memory (two m-tiles' would not fit beside O). */
 #define F_WARPS 4
 #define F_MS 2
-#define F_BN FA_FWD_BN(DQK, DV)
+#define F_BN FA_FWD_4X32_BN(DQK, DV)
 #define F_Q_IN_REGS 0
 #define F_DECODE 0
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
+#define F_ROW_TABLE 1 /* in registers ptxas spilled 124 B (sm_90a, d = 128) */
 #define F_NAME FA_FN(flash_fwd4x32_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -93,6 +98,7 @@
 #define F_DECODE 1
 #define F_LOAD_ALL 1
 #define F_ABLATE 1
+#define F_ROW_TABLE 0
 #define F_NAME FA_FN(flash_fwd_ab_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -131,7 +137,8 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     if (e) return e;
     *c->form_ran = FA_FWD_FORM_4X32;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4x32_), dim3((unsigned)grid_x, (unsigned)pb->Hq, (unsigned)pb->B),
-                   dim3(128), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
+                   dim3(128), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_4X32_BN(DQK, DV)) + FA_FWD_BM * sizeof(fa_qrow),
+                   c->stream, p);
     return e;
   }
 #endif

@@ -3,7 +3,9 @@
  * fragment loaded once for a warp's m-tiles), F_BN keys a tile,
  * Q's fragments in registers iff F_Q_IN_REGS, the decode forms (p.pack, p.nsplit) compiled
  * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, the ablation switches
- * (p.ablate, instance.h FA_AB_*) compiled in iff F_ABLATE, named F_NAME, declared by
+ * (p.ablate, instance.h FA_AB_*) compiled in iff F_ABLATE, the m-tiles' row bounds read
+ * from a table in shared memory where a tile needs them iff F_ROW_TABLE (else they stay in
+ * registers: two m-tiles' 26 would not fit beside O), named F_NAME, declared by
  * F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS * F_MS)
@@ -13,6 +15,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   fa_elem *sK = sQ + F_BM * SQK;     /* [2][F_BN][SQK] */
   fa_elem *sV = sK + 2 * F_BN * SQK; /* [2][F_BN][SV] */
   float *sAlibi = (float *)(sV + 2 * F_BN * SV); /* [F_BM] ALiBi slopes of the rows' heads, log2 units */
+  fa_qrow *sRow = (fa_qrow *)(sAlibi + F_BM);    /* [F_BM] iff F_ROW_TABLE: fa_qrow_at of each row */
   const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tg = lane % 4;
   /* the CTA's query heads h0 .. h0 + pack - 1 (one KV head's, hk) */
   const int b = (int)blockIdx.z, pack = F_DECODE ? p.pack : 1, h0 = (int)blockIdx.y * pack,
@@ -41,8 +44,12 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     fa_qrows_init(p, FA_CAUSAL, s, R0, npos, pack, wr0[ms], lane, q[ms]);
   }
   if (nsplit > 1) fa_split_keys(nsplit, split, F_BN, q[0].kc0, q[0].kc1);
-  /* read per tile (the first one's barrier orders it): registers are what O is short of */
+  /* read per tile (the first one's barrier orders them): registers are what O is short of */
   if (tid < F_BM) sAlibi[tid] = p.alibi ? p.alibi[h0 + tid % pack] * FA_LOG2E : 0.0f;
+  if (F_ROW_TABLE)
+    for (int r = tid; r < F_BM; r += F_THREADS) sRow[r] = fa_qrow_at(p, FA_CAUSAL, s, R0, npos, pack, r);
+/* m-tile ms's row bounds: q[ms], or read from the table into tmp (q[0] gives the CTA's) */
+#define F_QROWS(ms, tmp) (F_ROW_TABLE ? fa_qrows_tab(sRow, q[0], rows, wr0[ms], lane, tmp) : q[ms])
 
   const fa_elem *gQ = fa_at(p.q, b, R0, h0);
   /* K/V rows of the batch (paged: page 0's, the zero fills' source; rows come through
@@ -121,7 +128,9 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     int mode[F_MS], any = 0;
     FA_UNROLL
     for (int ms = 0; ms < F_MS; ms++) { /* a tile full for the CTA is for every m-tile */
-      mode[ms] = F_MS > 1 && cur.full ? 1 : fa_qwarp_mode(p, s, q[ms], R0, pack, wr0[ms], cur, F_BN);
+      fa_qrows qt;
+      mode[ms] = F_MS > 1 && cur.full ? 1
+                                      : fa_qwarp_mode(p, s, F_QROWS(ms, qt), R0, pack, wr0[ms], cur, F_BN);
       any |= mode[ms];
     }
     if (any) {
@@ -157,13 +166,17 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
         for (int ms = 0; ms < F_MS; ms++) {
           float *Sf = &S[ms][0][0], sc = p.sc, alpha[2];
           if (p.cap2 > 0.0f || p.alibi) {
+            fa_qrows qt;
+            const fa_qrows &qs = F_QROWS(ms, qt);
             const float alibi2[2] = {sAlibi[wr0[ms] + g], sAlibi[wr0[ms] + g + 8]};
-            const int base[2] = {q[ms].ipos[0] - ca, q[ms].ipos[1] - ca};
+            const int base[2] = {qs.ipos[0] - ca, qs.ipos[1] - ca};
             fa_score_tile<F_BN / 2>(p, Sf, alibi2, base, tg);
             sc = 1.0f;
           }
-          if (F_MS == 1 ? mode[ms] == 2 : mode[ms] != 1)
-            fa_mask_tile<F_BN / 2>(p, s, q[ms], ca, cb, tg, Sf);
+          if (F_MS == 1 ? mode[ms] == 2 : mode[ms] != 1) {
+            fa_qrows qt;
+            fa_mask_tile<F_BN / 2>(p, s, F_QROWS(ms, qt), ca, cb, tg, Sf);
+          }
           fa_exp_rows<F_BN / 2, 1>(Sf, sc, m[ms], l[ms], alpha);
           FA_UNROLL
           for (int n = 0; n < DV / 8; n++)
@@ -179,6 +192,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   }
 #undef F_LOAD_KV
 #undef F_LOAD_Q
+#undef F_QROWS
 
   FA_UNROLL
   for (int ms = 0; ms < F_MS; ms++)
@@ -224,5 +238,6 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_DECODE
 #undef F_LOAD_ALL
 #undef F_ABLATE
+#undef F_ROW_TABLE
 #undef F_NAME
 #undef F_KERNEL_DECL

@@ -92,6 +92,9 @@
  * registers, so one CTA's waits overlap the other's work without the 4-warp kernel's doubled
  * K/V reads. */
 #define FA_FWD_4X32(dqk, dv) ((dqk) <= 128 && (dv) <= 128)
+/* its keys per tile: 32 at Dqk 128, where two m-tiles' O (128 floats a thread) beside S of
+ * 64 keys (64) made ptxas spill 100 B at 255 registers; 64 at Dqk 64 (no spills) */
+#define FA_FWD_4X32_BN(dqk, dv) ((dqk) > 64 ? 32 : 64)
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are
