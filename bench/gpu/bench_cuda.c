@@ -21,7 +21,8 @@
  * record is named for the kernel the library says ran (attn_cuda_last_fwd_form):
  * "attnrun-mma4" for the 4-warp kernel (ATTN_CUDA_FWD_WARPS=4), "attnrun-mma2c" for the
  * two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2), "attnrun-mma4x32" for the 4-warp kernel of
- * 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32), "attnrun-mma-ab<m>" for the ablation kernel
+ * 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32), "attnrun-mma4s" for the 8-warp kernel with a
+ * 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4), "attnrun-mma-ab<m>" for the ablation kernel
  * (ATTN_MMA_ABLATE=m, bf16 d = 128 not causal; instance.h FA_AB_*: stages left out, judged
  * only at m = 0; every record of such a run has "mma_ablate"; run it with --no-bwd), else
  * "attnrun"; mma backward records are "attnrun".
@@ -361,6 +362,7 @@ int main(int argc, char **argv) {
             const char *impl_mma = fwd_mma && !strcmp(form, "4w")     ? "attnrun-mma4"
                                    : fwd_mma && !strcmp(form, "2cta") ? "attnrun-mma2c"
                                    : fwd_mma && !strcmp(form, "4x32") ? "attnrun-mma4x32"
+                                   : fwd_mma && !strcmp(form, "4s")   ? "attnrun-mma4s"
                                                                       : "attnrun";
             const int ablated = (ablate && sm90 && pass) || (mma_ab && mma_ablate),
                       ok = ablated || rel <= (pass ? 3e-2 : 2e-2);

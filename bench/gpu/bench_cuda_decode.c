@@ -8,7 +8,9 @@
  * same K and V bytes (cudaMemcpyAsync: the bytes read once and written once) and reports
  * the cache bytes read per second and that rate over the copy's read rate (half its bytes
  * per second: 1.0 reads the cache as fast as the copy does). sdpa_bench.py decode times
- * torch's SDPA on the same shapes; its compare prints both.
+ * torch's SDPA on the same shapes; its compare prints both. Records of a run whose forwards
+ * took the mma.sync kernel with the 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4; what
+ * attn_cuda_last_fwd_form says ran) have "-4s" after their impl names.
  *
  * Each shape is validated first (4 sampled rows of O against the float64 oracle), then
  * warmed up, then timed with CUDA events: median and min of --reps runs.
@@ -264,6 +266,7 @@ int main(int argc, char **argv) {
       CHECK_CUDA(cudaStreamSynchronize(stream));
       int pack, nsplit;
       attn_cuda_last_fwd_plan(&pack, &nsplit);
+      const char *sfx = !strcmp(attn_cuda_last_fwd_form(), "4s") ? "-4s" : "";
       const double rel = check_rows(&pb, &hin, o);
       const int ok = rel <= 2e-2;
       failed |= !ok;
@@ -271,19 +274,19 @@ int main(int argc, char **argv) {
       time_runs(&ra, warmup, reps, ev, &med, &mn);
       const double gbps = kv_bytes / (med * 1e-3) / 1e9;
       const char *name = form == 2 ? "paged" : form ? "planned" : "plain";
-      printf("%-6s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s\n", name,
+      printf("%-6s%-3s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s\n", name, sfx,
              (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.Skv, med, mn,
              gbps, gbps / copy_read, pack, nsplit, ok ? "ok" : "FAIL");
       if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
       fflush(stdout);
       if (js)
         fprintf(js,
-                "{\"impl\": \"%s\", \"mode\": \"decode\", \"pass\": \"fwd\", \"dtype\": \"bf16\", "
+                "{\"impl\": \"%s%s\", \"mode\": \"decode\", \"pass\": \"fwd\", \"dtype\": \"bf16\", "
                 "\"hd\": %d, \"B\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"Sq\": %lld, \"Skv\": %lld, "
                 "\"causal\": 1, \"ms_median\": %.5f, \"ms_min\": %.5f, \"kv_gbps\": %.1f, "
                 "\"copy_read_gbps\": %.1f, \"pack\": %d, \"nsplit\": %d, \"check\": \"%s\", "
                 "\"check_rel_err\": %.3e, \"device\": \"%s\", \"git\": \"%s\", \"date\": \"%s\"}\n",
-                form == 2 ? "attnrun-paged16" : form ? "attnrun" : "attnrun-plain", HD, (long long)sh.B, (long long)sh.Hq,
+                form == 2 ? "attnrun-paged16" : form ? "attnrun" : "attnrun-plain", sfx, HD, (long long)sh.B, (long long)sh.Hq,
                 (long long)sh.Hkv, (long long)sq, (long long)sh.Skv, med, mn, gbps, copy_read,
                 pack, nsplit, ok ? "ok" : "fail", rel, prop.name, BENCH_GIT_SHA, date);
       if (ws) CHECK_CUDA(cudaFree(ws));

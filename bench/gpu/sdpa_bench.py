@@ -192,10 +192,13 @@ def decode_table(recs):
     rows = {}
     for r in recs:
         rows.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r
-    impls = ["attnrun", "attnrun-plain", "attnrun-paged16"] + ["torch-" + b for b in DECODE_BACKENDS]
+    # attnrun-4s: the planned form on the mma.sync kernel with a 4-buffer K/V ring
+    # (ATTN_CUDA_FWD_STAGES=4, bench_cuda_decode's "-4s" records)
+    ours_n = 4
+    impls = ["attnrun", "attnrun-plain", "attnrun-paged16", "attnrun-4s"] + ["torch-" + b for b in DECODE_BACKENDS]
     lines = ["| B | Hq | Hkv | Sq | Skv | attnrun ms | pack x splits | attnrun plain ms | "
-             + "attnrun paged16 ms | "
-             + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[3:])
+             + "attnrun paged16 ms | attnrun 4-stage ms | "
+             + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[ours_n:])
              + " | best torch / attnrun | attnrun GB/s | vs copy | check |",
              "|" + "---|" * (len(impls) + 10)]
     for key in sorted(rows):
@@ -208,7 +211,7 @@ def decode_table(recs):
         cells = [f"{ms(i):.4f}" + ("*" if r[i].get("gqa_expanded") else "") if ms(i) is not None
                  else ("error" if i in r else "-") for i in impls]
         ours, a = ms("attnrun"), r.get("attnrun", {})
-        best = min([t for t in (ms(i) for i in impls[3:]) if t is not None], default=None)
+        best = min([t for t in (ms(i) for i in impls[ours_n:]) if t is not None], default=None)
         ratio = f"{best / ours:.2f}" if ours and best else "-"
         plan = f"{a['pack']} x {a['nsplit']}" if "pack" in a else "-"
         gbps = f"{a['kv_gbps']:.0f}" if "kv_gbps" in a else "-"
@@ -304,9 +307,11 @@ def compare(args):
                      f"| {label} | {r['hd']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['tflops']:.1f} | - | - | - | - | - | - |")
         lines[-1] += f" {r.get('check', '-')} |"
-    # the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2) and its 4-warp kernel
-    # of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32) against best torch and the default 8-warp kernel
-    for name, label in (("attnrun-mma2c", "fwd mma 2-CTA"), ("attnrun-mma4x32", "fwd mma 4x32")):
+    # the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2), its 4-warp kernel
+    # of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32) and its 8-warp kernel with a 4-buffer K/V
+    # ring (ATTN_CUDA_FWD_STAGES=4) against best torch and the default 8-warp kernel
+    for name, label in (("attnrun-mma2c", "fwd mma 2-CTA"), ("attnrun-mma4x32", "fwd mma 4x32"),
+                        ("attnrun-mma4s", "fwd mma 4-stage")):
         for key in sorted(rows, key=lambda k: (-k[1][0], -k[1][1], k[2], k[3])):
             r = rows[key]
             if key[0] != "fwd" or name not in r or "tflops" not in r[name]:

@@ -71,6 +71,10 @@ FA_DEV void fa_cp_async4(void *dst, const void *src, int valid) {
 }
 FA_DEV void fa_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 FA_DEV void fa_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/* all but the newest N groups landed */
+template <int N> FA_DEV void fa_cp_wait_group(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 FA_DEV float fa_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 FA_DEV int fa_any(int p) { return __any_sync(0xffffffffu, p); }
@@ -162,6 +166,7 @@ FA_DEV void fa_cp_async4(void *dst, const void *src, int valid) {
 }
 FA_DEV void fa_cp_commit(void) { emu_cp_commit(); }
 FA_DEV void fa_cp_wait_all(void) { emu_cp_wait(0); }
+template <int N> FA_DEV void fa_cp_wait_group(void) { emu_cp_wait(N); }
 FA_DEV float fa_shfl_xor(float v, int m) { return emu_shfl_xor(v, m); }
 FA_DEV int fa_any(int p) { return emu_any(p); }
 FA_DEV void fa_syncwarp(void) { emu_syncwarp(); }

@@ -485,6 +485,7 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4       ? FA_FWD_FORM_4W
                 : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2      ? FA_FWD_FORM_2CTA
                 : ATTN_PARAM("CUDA_FWD_WARP_ROWS", 16) == 32 ? FA_FWD_FORM_4X32
+                : ATTN_PARAM("CUDA_FWD_STAGES", 2) == 4      ? FA_FWD_FORM_4S
                                                           : FA_FWD_FORM_8W;
   c->form_ran = &fwd_form_ran;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
@@ -597,7 +598,7 @@ const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
 const char *attn_cuda_last_fwd_form(void) {
   static const char *const names[] = {[FA_FWD_FORM_8W] = "8w", [FA_FWD_FORM_4W] = "4w",
                                       [FA_FWD_FORM_2CTA] = "2cta", [FA_FWD_FORM_AB] = "ab",
-                                      [FA_FWD_FORM_4X32] = "4x32"};
+                                      [FA_FWD_FORM_4X32] = "4x32", [FA_FWD_FORM_4S] = "4s"};
   return fwd_form_ran >= 0 ? names[fwd_form_ran] : "none";
 }
 

@@ -21,8 +21,10 @@
  * K/V rows through the block table (FA_LOAD_KV_TILE's paged form). */
 #include "common.cuh"
 
-/* shared memory of a CTA of bm query rows and bn-key tiles */
-#define F_SMEM_BYTES(bm, bn) (((bm) * SQK + 2 * (bn) * SQK + 2 * (bn) * SV) * 2 + (bm) * 4)
+/* shared memory of a CTA of bm query rows and bn-key tiles, st K/V buffers (2 but in the
+ * 4-stage kernel, which adds st tile descriptors) */
+#define F_SMEM_BYTES_ST(bm, bn, st) (((bm) * SQK + (st) * (bn) * SQK + (st) * (bn) * SV) * 2 + (bm) * 4)
+#define F_SMEM_BYTES(bm, bn) F_SMEM_BYTES_ST(bm, bn, 2)
 
 /* Each kernel: F_WARPS warps of F_MS 16-row m-tiles, F_BN keys a tile, Q in registers or not (F_Q_IN_REGS), the
  * decode forms or not (F_DECODE), full key tiles by FA_LOAD_ROWS_ALL or not (F_LOAD_ALL),
@@ -37,7 +39,23 @@
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
 #define F_ROW_TABLE 0
+#define F_STAGES 2
 #define F_NAME FA_FN(flash_fwd_)
+#define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
+#include "fwd_kernel.cuh"
+/* The 8-warp kernel with a ring of FA_FWD_4S_STAGES K/V buffers (3 tiles in flight, not 1),
+ * ATTN_CUDA_FWD_STAGES=4, decode forms and all: does a CTA's one tile in flight leave its
+ * loads' latency exposed (the 2026-12-04 decode tiles took as long as the dense ones)? */
+#define F_WARPS FA_FWD_WARPS
+#define F_MS 1
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
+#define F_DECODE 1
+#define F_LOAD_ALL 1
+#define F_ABLATE 0
+#define F_ROW_TABLE 0
+#define F_STAGES FA_FWD_4S_STAGES
+#define F_NAME FA_FN(flash_fwd4s_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
 #if FA_FWD_W4(DQK, DV)
@@ -51,6 +69,7 @@
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
 #define F_ROW_TABLE 0
+#define F_STAGES 2
 #define F_NAME FA_FN(flash_fwd4_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -67,6 +86,7 @@
 #define F_LOAD_ALL 0 /* its 8 addresses in flight spilled 8-68 B at 128 registers */
 #define F_ABLATE 0
 #define F_ROW_TABLE 0
+#define F_STAGES 2
 #define F_NAME FA_FN(flash_fwd2c_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_WARPS, FA_FWD_2CTA_MINB)
 #include "fwd_kernel.cuh"
@@ -83,6 +103,7 @@
 #define F_LOAD_ALL 1
 #define F_ABLATE 0
 #define F_ROW_TABLE 1 /* in registers ptxas spilled 124 B (sm_90a, d = 128) */
+#define F_STAGES 2
 #define F_NAME FA_FN(flash_fwd4x32_)
 #define F_KERNEL_DECL FA_KERNEL_MIN(128, 2)
 #include "fwd_kernel.cuh"
@@ -99,6 +120,7 @@
 #define F_LOAD_ALL 1
 #define F_ABLATE 1
 #define F_ROW_TABLE 0
+#define F_STAGES 2
 #define F_NAME FA_FN(flash_fwd_ab_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
@@ -155,10 +177,18 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
 #endif
   e = fa_query_grid(&p, c, FA_FWD_BM / p.pack, &grid_x);
   if (e) return e;
-  *c->form_ran = FA_FWD_FORM_8W;
-  FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_),
-                 dim3((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B),
-                 dim3(32 * FA_FWD_WARPS), F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
+  const dim3 grid((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B);
+  if (c->fwd_form == FA_FWD_FORM_4S) {
+    *c->form_ran = FA_FWD_FORM_4S;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4s_), grid, dim3(32 * FA_FWD_WARPS),
+                   F_SMEM_BYTES_ST(FA_FWD_BM, FA_FWD_BN(DQK, DV), FA_FWD_4S_STAGES) +
+                       FA_FWD_4S_STAGES * sizeof(fa_ktile),
+                   c->stream, p);
+  } else {
+    *c->form_ran = FA_FWD_FORM_8W;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwd_), grid, dim3(32 * FA_FWD_WARPS),
+                   F_SMEM_BYTES(FA_FWD_BM, FA_FWD_BN(DQK, DV)), c->stream, p);
+  }
   if (!e && p.nsplit > 1) e = attn_cuda__split_combine(c);
   return e;
 }

@@ -5,17 +5,22 @@
  * in iff F_DECODE, full key tiles loaded unpredicated iff F_LOAD_ALL, the ablation switches
  * (p.ablate, instance.h FA_AB_*) compiled in iff F_ABLATE, the m-tiles' row bounds read
  * from a table in shared memory where a tile needs them iff F_ROW_TABLE (else they stay in
- * registers: two m-tiles' 26 would not fit beside O), named F_NAME, declared by
+ * registers: two m-tiles' 26 would not fit beside O), F_STAGES K/V buffers (a ring: tile it
+ * in buffer it % F_STAGES, F_STAGES - 1 tiles in flight while one is computed; past 2 the
+ * buffers' tile descriptors wait in shared memory), named F_NAME, declared by
  * F_KERNEL_DECL (all undefined again at the end). */
 #define F_THREADS (32 * F_WARPS)
 #define F_BM (16 * F_WARPS * F_MS)
 F_KERNEL_DECL F_NAME(const fa_params p) {
   FA_SMEM(smem);
   fa_elem *sQ = (fa_elem *)smem;     /* [F_BM][SQK] */
-  fa_elem *sK = sQ + F_BM * SQK;     /* [2][F_BN][SQK] */
-  fa_elem *sV = sK + 2 * F_BN * SQK; /* [2][F_BN][SV] */
-  float *sAlibi = (float *)(sV + 2 * F_BN * SV); /* [F_BM] ALiBi slopes of the rows' heads, log2 units */
+  fa_elem *sK = sQ + F_BM * SQK;            /* [F_STAGES][F_BN][SQK] */
+  fa_elem *sV = sK + F_STAGES * F_BN * SQK; /* [F_STAGES][F_BN][SV] */
+  float *sAlibi = (float *)(sV + F_STAGES * F_BN * SV); /* [F_BM] ALiBi slopes of the rows' heads, log2 units */
   fa_qrow *sRow = (fa_qrow *)(sAlibi + F_BM);    /* [F_BM] iff F_ROW_TABLE: fa_qrow_at of each row */
+  /* [F_STAGES] iff F_STAGES > 2: buffer i's tile (kt < 0: none), written by thread 0 as it
+   * issues the loads, read after the barrier that says they landed */
+  fa_ktile *sTile = (fa_ktile *)(sRow + (F_ROW_TABLE ? F_BM : 0));
   const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tg = lane % 4;
   /* the CTA's query heads h0 .. h0 + pack - 1 (one KV head's, hk) */
   const int b = (int)blockIdx.z, pack = F_DECODE ? p.pack : 1, h0 = (int)blockIdx.y * pack,
@@ -60,6 +65,8 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
                   DQK, F_BM, F_THREADS, tid, r_ < rows);
 
   /* K/V rows of keys outside the tile or seen by none of the CTA's rows are zero-filled. */
+/* the ring buffer of tile i (i >= 0) */
+#define F_BUF(i) (F_STAGES == 2 ? (i) & 1 : (int)((unsigned)(i) % F_STAGES))
 #define F_LOAD_KV(T, BUF) FA_LOAD_KV_TILE(T, BUF, F_BN, F_THREADS, p.pages != NULL, F_LOAD_ALL)
   fa_ktile cur = {0, 0, 0, 0, 0};
   cur.kt = q[0].kc0 / F_BN - 1;
@@ -67,6 +74,21 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
                                                   q[0].hi_first, q[0].kc0, q[0].kc1, cur);
   if (have) F_LOAD_KV(cur, 0);
   fa_cp_commit();
+  /* F_STAGES > 2: the next F_STAGES - 2 tiles too; ahead is the last tile issued, and more
+   * says that it is one (so tiles may follow it) */
+  fa_ktile ahead = cur;
+  int more = have;
+  FA_UNROLL
+  for (int j = 1; j < F_STAGES - 1; j++) {
+    more = more && fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q[0].lo_last, q[0].hi_first,
+                                 q[0].kc0, q[0].kc1, ahead);
+    if (more) F_LOAD_KV(ahead, j);
+    fa_cp_commit();
+    if (tid == 0) {
+      sTile[j] = ahead;
+      sTile[j].kt = more ? ahead.kt : -1;
+    }
+  }
 
   /* Online-softmax state of each m-tile's rows g and g + 8, log2 units; l is this
    * thread's share. */
@@ -104,8 +126,12 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #endif
   for (int it = 0;; it++) {
     if (!(ab & FA_AB_BAR) || it < 2) { /* (ablated: tiles 0 and 1 stay in the buffers) */
-      fa_cp_wait_all();
-      FA_SYNC(); /* tile `it` landed everywhere; buffer (it+1)&1 is free */
+      fa_cp_wait_group<F_STAGES - 2>();
+      FA_SYNC(); /* tile `it` landed everywhere; buffer (it-1) % F_STAGES is free */
+    }
+    if (F_STAGES > 2 && it > 0) {
+      cur = sTile[F_BUF(it)];
+      have = cur.kt >= 0;
     }
 #if F_Q_IN_REGS
     if (it == 0) {
@@ -116,11 +142,22 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     }
 #endif
     if (!have) break;
-    fa_ktile nxt = cur;
-    const int have_next = fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q[0].lo_last,
-                                        q[0].hi_first, q[0].kc0, q[0].kc1, nxt);
-    if (have_next && !((ab & FA_AB_LOAD) && it >= 1)) F_LOAD_KV(nxt, (it + 1) & 1);
+    /* the tile after the last one issued, into the buffer computed last */
+    fa_ktile nxt = F_STAGES > 2 ? ahead : cur;
+    int have_next = 0;
+    if (F_STAGES == 2 || more)
+      have_next = fa_next_ktile(p, s, R0, npos, F_BM / pack, F_BN, q[0].lo_last, q[0].hi_first,
+                                q[0].kc0, q[0].kc1, nxt);
+    if (have_next && !((ab & FA_AB_LOAD) && it >= 1)) F_LOAD_KV(nxt, F_BUF(it + F_STAGES - 1));
     fa_cp_commit();
+    if (F_STAGES > 2) {
+      if (tid == 0) {
+        sTile[F_BUF(it + F_STAGES - 1)] = nxt;
+        sTile[F_BUF(it + F_STAGES - 1)].kt = have_next ? nxt.kt : -1;
+      }
+      ahead = nxt;
+      more = have_next;
+    }
 
     /* each m-tile's share of the tile (fa_qwarp_mode); the warp computes if any has one,
      * and an idle m-tile beside a busy one is masked whole (every row's range excludes the
@@ -135,7 +172,8 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     }
     if (any) {
       const int ca = cur.ca, cb = cur.cb;
-      const fa_elem *kb = sK + (it & 1) * F_BN * SQK, *vb = sV + (it & 1) * F_BN * SV;
+      const int buf = F_BUF(it);
+      const fa_elem *kb = sK + buf * F_BN * SQK, *vb = sV + buf * F_BN * SV;
       float S[F_MS][F_BN / 8][4];
       FA_UNROLL
       for (int ms = 0; ms < F_MS; ms++)
@@ -187,10 +225,13 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
       /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
       if (!(ab & FA_AB_PV)) FA_MMA_SCORES_SMEM_M(acc, S, F_MS, FA_EACH, F_BN, DV, vb, SV);
     }
-    cur = nxt;
-    have = have_next;
+    if (F_STAGES == 2) {
+      cur = nxt;
+      have = have_next;
+    }
   }
 #undef F_LOAD_KV
+#undef F_BUF
 #undef F_LOAD_Q
 #undef F_QROWS
 
@@ -239,5 +280,6 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_LOAD_ALL
 #undef F_ABLATE
 #undef F_ROW_TABLE
+#undef F_STAGES
 #undef F_NAME
 #undef F_KERNEL_DECL

@@ -95,6 +95,10 @@
 /* its keys per tile: 32 at Dqk 128, where two m-tiles' O (128 floats a thread) beside S of
  * 64 keys (64) made ptxas spill 100 B at 255 registers; 64 at Dqk 64 (no spills) */
 #define FA_FWD_4X32_BN(dqk, dv) ((dqk) > 64 ? 32 : 64)
+/* A fifth, ATTN_CUDA_FWD_STAGES=4: the 8-warp kernel with 4 K/V buffers, 3 tiles in flight
+ * (shared memory: 171 KiB at d = 128, 199 KiB at 256, 219 KiB at 192 x 128 — Hopper's 227
+ * KiB; past sm_80's 163 KiB from d = 128 on, where its launch fails with CUDA's error). */
+#define FA_FWD_4S_STAGES 4
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are

@@ -304,6 +304,8 @@ STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 
 stage bench-mma2c 60 env ATTN_CUDA_FWD_CTAS=2 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="the mma.sync forward's 4-warp kernel of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32: FlashAttention-2's 128-row CTA, two an SM), d=128/64, N=1K..16K"
 stage bench-mma4x32 60 env ATTN_CUDA_FWD_WARP_ROWS=32 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
+STAGE_NOTE="the mma.sync forward's 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4: 3 tiles in flight, not 1), d=128/64, N=1K..16K"
+stage bench-mma4s 60 env ATTN_CUDA_FWD_STAGES=4 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
 stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
 # Where the mma.sync forward's time goes (0.17x torch at d=128 on 2026-12-04): its ablation
@@ -333,6 +335,8 @@ fi
 # SDPA on the same shapes: "mode": "decode" records, compare's second table.
 STAGE_NOTE="decode: bf16 d=128, Sq=1, 7 shapes up to 256K cached tokens; planned vs plain vs paged (16-row pages) vs copy"
 stage bench-decode 60 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
+STAGE_NOTE="decode as above on the 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4): \"-4s\" records"
+stage bench-decode-4s 60 env ATTN_CUDA_FWD_STAGES=4 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
 STAGE_NOTE="torch SDPA decode: flash, efficient, cuDNN"
 stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" decode --json "$JSON"
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
@@ -359,6 +363,8 @@ if [ -n "$SANITIZER" ]; then
   stage memcheck-cache 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" cache
   STAGE_NOTE="test_cuda_attn quick (shared-memory hazards; on mma.sync, as it passed on 2026-12-04)"
   stage racecheck 150 env ATTN_CUDA_HOPPER=0 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="the same on the 4-stage forward (ATTN_CUDA_FWD_STAGES=4: its tile descriptors in shared memory)"
+  stage racecheck-4s 150 env ATTN_CUDA_HOPPER=0 ATTN_CUDA_FWD_STAGES=4 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi

@@ -54,6 +54,7 @@ def compare_synthetic(tmp):
             rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
             rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok"),
             rec("attnrun-mma4x32", "fwd", 128, 8192, 0, 450.0, check="ok"),
+            rec("attnrun-mma4s", "fwd", 128, 8192, 0, 420.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
             rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
             rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
@@ -89,6 +90,9 @@ def compare_synthetic(tmp):
     c4 = t.get(("fwd mma 4x32", "128", "8192", "no"))
     check("4x32 mma row: 450, 450/600 of best torch, 1.12 of the 8-warp 400",
           c4 is not None and c4[0] == "450.0" and c4[5] == "0.75" and c4[6] == "1.12 of 8-warp" and c4[7] == "ok")
+    s4 = t.get(("fwd mma 4-stage", "128", "8192", "no"))
+    check("4-stage mma row: 420, 420/600 of best torch, 1.05 of the 8-warp 400",
+          s4 is not None and s4[0] == "420.0" and s4[5] == "0.70" and s4[6] == "1.05 of 8-warp" and s4[7] == "ok")
     bwd = t.get(("bwd", "64", "4096", "yes"))
     check("bwd row: cuDNN error shown, ratio to flash 150/300",
           bwd is not None and bwd[4] == "error" and bwd[5] == "0.50" and bwd[6] == "0.80")
@@ -122,7 +126,7 @@ def decode_rows(md):
     rows = {}
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 17 and cells[0].isdigit():
+        if len(cells) == 18 and cells[0].isdigit():
             rows[tuple(cells[:5])] = cells[5:]
     return rows
 
@@ -135,6 +139,7 @@ def compare_decode(tmp):
                  pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, check="ok"),
             dict(base, impl="attnrun-paged16", ms_median=0.055, pack=4, nsplit=29, check="ok"),
+            dict(base, impl="attnrun-4s", ms_median=0.045, pack=4, nsplit=29, check="ok"),
             dict(base, impl="torch-flash", ms_median=0.06),
             dict(base, impl="torch-efficient", ms_median=0.08),
             dict(base, impl="torch-cudnn", error="no kernel"),
@@ -150,13 +155,13 @@ def compare_decode(tmp):
     text = open(md).read()
     d = decode_rows(text)
     row = d.get(("1", "32", "8", "1", "32768"))
-    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, paged 0.0550, cuDNN error, "
-          "best torch 0.06/0.05",
+    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, paged 0.0550, 4-stage 0.0450, "
+          "cuDNN error, best torch 0.06/0.05",
           row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000"
-          and row[3] == "0.0550" and row[6] == "error" and row[8] == "1.20" and row[9] == "2700"
-          and row[10] == "0.90" and row[11] == "ok")
+          and row[3] == "0.0550" and row[4] == "0.0450" and row[7] == "error" and row[9] == "1.20"
+          and row[10] == "2700" and row[11] == "0.90" and row[12] == "ok")
     other = d.get(("8", "32", "8", "1", "32768"))
-    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[8] == "-")
+    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[9] == "-")
     check("the prefill table is still there", ("fwd", "128", "8192", "no") in table(text))
 
 
