@@ -25,7 +25,8 @@
  * 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4), "attnrun-mma-ab<m>" for the ablation kernel
  * (ATTN_MMA_ABLATE=m, bf16 d = 128 not causal; instance.h FA_AB_*: stages left out, judged
  * only at m = 0; every record of such a run has "mma_ablate"; run it with --no-bwd), else
- * "attnrun"; mma backward records are "attnrun".
+ * "attnrun"; mma backward records are "attnrun", or "attnrun-mma4s" for the dK/dV kernel
+ * with 4 step buffers (ATTN_CUDA_BWD_STAGES=4; attn_cuda_last_bwd_form).
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -363,7 +364,9 @@ int main(int argc, char **argv) {
                                    : fwd_mma && !strcmp(form, "2cta") ? "attnrun-mma2c"
                                    : fwd_mma && !strcmp(form, "4x32") ? "attnrun-mma4x32"
                                    : fwd_mma && !strcmp(form, "4s")   ? "attnrun-mma4s"
-                                                                      : "attnrun";
+                                   : !sm90 && pass && !strcmp(attn_cuda_last_bwd_form(), "4s")
+                                       ? "attnrun-mma4s"
+                                       : "attnrun";
             const int ablated = (ablate && sm90 && pass) || (mma_ab && mma_ablate),
                       ok = ablated || rel <= (pass ? 3e-2 : 2e-2);
             failed |= !ok;

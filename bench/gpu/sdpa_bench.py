@@ -310,11 +310,13 @@ def compare(args):
     # the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2), its 4-warp kernel
     # of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32) and its 8-warp kernel with a 4-buffer K/V
     # ring (ATTN_CUDA_FWD_STAGES=4) against best torch and the default 8-warp kernel
+    # (and the backward's dK/dV kernel with 4 step buffers, ATTN_CUDA_BWD_STAGES=4: "bwd mma
+    # 4-stage" rows against the default mma.sync backward)
     for name, label in (("attnrun-mma2c", "fwd mma 2-CTA"), ("attnrun-mma4x32", "fwd mma 4x32"),
-                        ("attnrun-mma4s", "fwd mma 4-stage")):
+                        ("attnrun-mma4s", "fwd mma 4-stage"), ("attnrun-mma4s", "bwd mma 4-stage")):
         for key in sorted(rows, key=lambda k: (-k[1][0], -k[1][1], k[2], k[3])):
             r = rows[key]
-            if key[0] != "fwd" or name not in r or "tflops" not in r[name]:
+            if key[0] != label[:3] or name not in r or "tflops" not in r[name]:
                 continue
             t, base = r[name]["tflops"], r.get("attnrun", {}).get("tflops")
             best = max([r[i]["tflops"] for i in ("torch-flash", "torch-cudnn") if "tflops" in r.get(i, {})],

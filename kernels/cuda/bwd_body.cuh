@@ -26,8 +26,11 @@
 #define SDS (B_BM + FA_PAD)          /* row stride of the dS^T tile */
 #define B_RG (B_BM / 16)             /* dQ tile: warps per column of 16-row groups */
 #define B_CW (DQK * B_RG / B_WARPS)  /* dQ columns per warp */
-#define B_SMEM_BYTES                                                                       \
-  ((B_BN * SQK + B_BN * SV + 2 * B_BM * SQK + 2 * B_BM * SV + B_BN * SDS) * 2 + 4 * B_BM * 4)
+/* shared memory of the dK/dV kernel with NB (Q, dO, LSE, delta) buffers */
+#define B_SMEM_BYTES_ST(NB)                                                                 \
+  ((B_BN * SQK + B_BN * SV + (NB) * B_BM * SQK + (NB) * B_BM * SV + B_BN * SDS) * 2 +       \
+   2 * (NB) * B_BM * 4)
+#define B_SMEM_BYTES B_SMEM_BYTES_ST(2)
 
 #if B_CW % 16 != 0 || B_WARPS % B_RG != 0
 #error "dQ tile split: each warp needs a multiple of 16 columns"
@@ -42,15 +45,18 @@
 #define Q_BN FA_DQ_BN(DQK, DV)
 #define Q_SMEM_BYTES ((Q_BM * SQK + Q_BM * SV + 2 * Q_BN * SQK + 2 * Q_BN * SV) * 2)
 
-FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
-  FA_SMEM(smem);
+/* The dK/dV kernel's body, NB step buffers (a ring: NB - 1 steps' Q, dO, LSE and delta in
+ * flight while one is computed; 2 in flash_dkdv_, 4 in flash_dkdv4s_,
+ * ATTN_CUDA_BWD_STAGES=4). A step's rows follow from its index, and the next step from the
+ * last, so past 2 only the last step issued is kept besides the current one. */
+template <int NB> FA_DEV void fa_dkdv(const fa_params &p, unsigned char *smem) {
   fa_elem *sK = (fa_elem *)smem;       /* [B_BN][SQK] */
   fa_elem *sV = sK + B_BN * SQK;       /* [B_BN][SV] */
-  fa_elem *sQ = sV + B_BN * SV;        /* [2][B_BM][SQK] */
-  fa_elem *sO = sQ + 2 * B_BM * SQK;   /* [2][B_BM][SV] dO */
-  fa_elem *sS = sO + 2 * B_BM * SV;    /* [B_BN][SDS] dS^T (fuse_dq) */
-  float *sL = (float *)(sS + B_BN * SDS); /* [2][B_BM] lse */
-  float *sD = sL + 2 * B_BM;              /* [2][B_BM] delta */
+  fa_elem *sQ = sV + B_BN * SV;        /* [NB][B_BM][SQK] */
+  fa_elem *sO = sQ + NB * B_BM * SQK;  /* [NB][B_BM][SV] dO */
+  fa_elem *sS = sO + NB * B_BM * SV;   /* [B_BN][SDS] dS^T (fuse_dq) */
+  float *sL = (float *)(sS + B_BN * SDS); /* [NB][B_BM] lse */
+  float *sD = sL + NB * B_BM;             /* [NB][B_BM] delta */
   const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tg = lane % 4;
   const int b = (int)blockIdx.z, hk = (int)blockIdx.y, group = (int)p.group;
 
@@ -135,6 +141,16 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
   B_NEXT(it);
   if (it < total) B_LOAD_STEP(it, 0);
   fa_cp_commit();
+  int ahead = it; /* the last step issued (NB > 2) */
+  FA_UNROLL
+  for (int j = 1; j < NB - 1; j++) {
+    if (ahead < total) {
+      ahead++;
+      B_NEXT(ahead);
+    }
+    if (ahead < total) B_LOAD_STEP(ahead, j);
+    fa_cp_commit();
+  }
 
   float dK[B_DKC / 8][4], dV[B_DVC / 8][4];
   FA_UNROLL
@@ -147,13 +163,18 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
     for (int e = 0; e < 4; e++) dV[n][e] = 0.0f;
 
   for (int step = 0; it < total; step++) {
-    fa_cp_wait_all();
-    FA_SYNC(); /* step `it` landed; buffer (step+1)&1 and sS are free */
-    const int buf = step & 1;
-    int nxt = it + 1;
-    B_NEXT(nxt);
-    if (nxt < total) B_LOAD_STEP(nxt, buf ^ 1);
+    fa_cp_wait_group<NB - 2>();
+    FA_SYNC(); /* step `it` landed; buffer (step-1) % NB and sS are free */
+    const int buf = NB == 2 ? step & 1 : (int)((unsigned)step % NB);
+    int nxt = (NB == 2 ? it : ahead) + 1;
+    if (NB == 2 || ahead < total) B_NEXT(nxt);
+    if (nxt < total) B_LOAD_STEP(nxt, NB == 2 ? buf ^ 1 : (int)((unsigned)(step + NB - 1) % NB));
     fa_cp_commit();
+    if (NB > 2) {
+      ahead = ahead < total ? nxt : total;
+      nxt = it + 1; /* the step computed next */
+      B_NEXT(nxt);
+    }
 
     B_STEP_ROWS(it, qa, qn);
     const int h = hk * group + it / nsteps;
@@ -290,6 +311,16 @@ FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
     }
   }
 }
+FA_KERNEL(B_THREADS) FA_FN(flash_dkdv_)(const fa_params p) {
+  FA_SMEM(smem);
+  fa_dkdv<2>(p, smem);
+}
+#if FA_BWD_4S(DQK, DV)
+FA_KERNEL(B_THREADS) FA_FN(flash_dkdv4s_)(const fa_params p) {
+  FA_SMEM(smem);
+  fa_dkdv<FA_BWD_4S_STAGES>(p, smem);
+}
+#endif
 
 FA_KERNEL(Q_THREADS) FA_FN(flash_dq_)(const fa_params p) {
   FA_SMEM(smem);
@@ -403,8 +434,17 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   int64_t grid_k = 0, grid_q = 0;
   int e = fa_key_grid(&p, c, B_BN, &grid_k);
   if (e) return e;
-  FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv_), dim3((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B),
-                 dim3(B_THREADS), B_SMEM_BYTES, c->stream, p);
+  const dim3 grid((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B);
+  *c->bwd_stages_ran = 2;
+#if FA_BWD_4S(DQK, DV)
+  if (c->bwd_stages == FA_BWD_4S_STAGES) {
+    *c->bwd_stages_ran = FA_BWD_4S_STAGES;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv4s_), grid, dim3(B_THREADS), B_SMEM_BYTES_ST(FA_BWD_4S_STAGES),
+                   c->stream, p);
+  }
+#endif
+  if (*c->bwd_stages_ran == 2)
+    FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv_), grid, dim3(B_THREADS), B_SMEM_BYTES, c->stream, p);
   if (e || !c->deterministic) return e;
 
   e = fa_query_grid(&p, c, Q_BM, &grid_q);

@@ -145,6 +145,10 @@ const char *attn_cuda_last_fwd_path(void);
  * apply only where they are built (see instance.h), so tests and benchmarks read this rather
  * than the variable they set. */
 const char *attn_cuda_last_fwd_form(void);
+/* Which mma.sync dK/dV kernel the last bf16/f16 attn_cuda_bwd or attn_cuda_bwd_block call
+ * ran: "2s" (two step buffers, the default), "4s" (four, ATTN_CUDA_BWD_STAGES=4), or "none"
+ * when the sm90 kernel ran it. */
+const char *attn_cuda_last_bwd_form(void);
 
 /* The mma.sync forward's decode forms (dispatch.c): packed GQA (pack query heads of one KV
  * head share a CTA's rows) and split-KV (nsplit CTAs share a query tile's keys; their

@@ -450,6 +450,9 @@ static fwd_plan plan_of(const attn_cuda_problem *p);
 /* the FA_FWD_FORM_* the last bf16/f16 forward ran on mma.sync (-1: it ran none), which the
  * launchers write through fa_call.form_ran (attn_cuda_last_fwd_form) */
 static int fwd_form_ran = -1;
+/* the mma.sync dK/dV kernel's step buffers in the last backward (attn_cuda_last_bwd_form):
+ * 0 when another kernel ran it */
+static int bwd_stages_ran = 0;
 
 /* ATTN_MMA_ABLATE=m (set at all): a one-shot forward takes the mma.sync forward's ablation
  * kernel where it applies (instance.h FA_FWD_FORM_AB), stages FA_AB_* of m left out. */
@@ -488,6 +491,8 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
                 : ATTN_PARAM("CUDA_FWD_STAGES", 2) == 4      ? FA_FWD_FORM_4S
                                                           : FA_FWD_FORM_8W;
   c->form_ran = &fwd_form_ran;
+  c->bwd_stages = ATTN_PARAM("CUDA_BWD_STAGES", 2) == FA_BWD_4S_STAGES ? FA_BWD_4S_STAGES : 2;
+  c->bwd_stages_ran = &bwd_stages_ran;
   if (p->num_seqs <= 0 && fixed && aligned && bytes >= (size_t)fixed) {
     c->dq_sems = (int32_t *)ws;
     c->dq_sem_bytes = (size_t)fixed;
@@ -600,6 +605,10 @@ const char *attn_cuda_last_fwd_form(void) {
                                       [FA_FWD_FORM_2CTA] = "2cta", [FA_FWD_FORM_AB] = "ab",
                                       [FA_FWD_FORM_4X32] = "4x32", [FA_FWD_FORM_4S] = "4s"};
   return fwd_form_ran >= 0 ? names[fwd_form_ran] : "none";
+}
+
+const char *attn_cuda_last_bwd_form(void) {
+  return bwd_stages_ran == FA_BWD_4S_STAGES ? "4s" : bwd_stages_ran ? "2s" : "none";
 }
 
 void attn_cuda_fwd_plan(const attn_cuda_problem *p, int *pack, int *nsplit) {
@@ -718,6 +727,7 @@ attn_status attn_cuda_bwd_block(const attn_cuda_problem *p, attn_cuda_view dout,
   c.stream = stream;
   ATTN_CHECK(carve(p, workspace, workspace_bytes, (fwd_plan){1, 1}, &c));
   const fa_instance *in = find_instance(p->Dqk, p->Dv, p->dtype, p->causal);
+  bwd_stages_ran = 0;
   if (p->dtype == ATTN_F32) return launched(in->bwd(&c), "flash backward", in);
   const char *why = NULL;
   const fa_launcher hop = hopper_bwd(p, c.deterministic && !c.dq_sems, &why);

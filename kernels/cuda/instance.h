@@ -31,6 +31,8 @@ typedef struct {
   int fwd_form; /* which mma.sync forward kernel, where it applies (FA_FWD_FORM_*) */
   int ablate;   /* FA_FWD_FORM_AB's FA_AB_* bits (ATTN_MMA_ABLATE) */
   int *form_ran; /* where the mma.sync forward's launcher writes the FA_FWD_FORM_* it ran */
+  int bwd_stages;      /* the mma.sync dK/dV kernel's step buffers: 2, or FA_BWD_4S_STAGES */
+  int *bwd_stages_ran; /* where its launcher writes the number it ran */
   float *part;
   void *stream;
 } fa_call;

@@ -99,6 +99,12 @@
  * (shared memory: 171 KiB at d = 128, 199 KiB at 256, 219 KiB at 192 x 128 — Hopper's 227
  * KiB; past sm_80's 163 KiB from d = 128 on, where its launch fails with CUDA's error). */
 #define FA_FWD_4S_STAGES 4
+/* and the backward's dK/dV kernel with 4 (Q, dO) step buffers, ATTN_CUDA_BWD_STAGES=4
+ * (bwd_body.cuh flash_dkdv4s_; shared memory: 151 KiB at d = 128), built up to Dqk 192: at
+ * 256 sm_80's ptxas spilled 8 B (one register more than the default kernel's 250) and its
+ * 204 KiB would not fit sm_80 anyway; there the default kernel runs. */
+#define FA_BWD_4S_STAGES 4
+#define FA_BWD_4S(dqk, dv) ((dqk) <= 192)
 /* keys per tile: 32 at Dv 256, where O alone takes 128 registers a thread */
 #define FA_FWD_BN(dqk, dv) ((dv) > 128 ? 32 : 64)
 /* Q's mma fragments stay in registers for the whole CTA up to Dqk 192; at 256 they are

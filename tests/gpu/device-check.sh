@@ -304,8 +304,8 @@ STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 
 stage bench-mma2c 60 env ATTN_CUDA_FWD_CTAS=2 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="the mma.sync forward's 4-warp kernel of 32-row warps (ATTN_CUDA_FWD_WARP_ROWS=32: FlashAttention-2's 128-row CTA, two an SM), d=128/64, N=1K..16K"
 stage bench-mma4x32 60 env ATTN_CUDA_FWD_WARP_ROWS=32 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
-STAGE_NOTE="the mma.sync forward's 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4: 3 tiles in flight, not 1), d=128/64, N=1K..16K"
-stage bench-mma4s 60 env ATTN_CUDA_FWD_STAGES=4 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
+STAGE_NOTE="the mma.sync kernels with 4 buffers (ATTN_CUDA_FWD_STAGES=4: K/V tiles, ATTN_CUDA_BWD_STAGES=4: dK/dV's Q/dO steps; 3 in flight, not 1), fwd+bwd, d=128/64, N=1K..16K"
+stage bench-mma4s 60 env ATTN_CUDA_FWD_STAGES=4 ATTN_CUDA_BWD_STAGES=4 "$BENCH_BIN" --path mma --json "$JSON"
 STAGE_NOTE="deterministic backward, d=128, N=8K; --path $BENCH_PATH (auto: the sm90 dQ in key-block order beside mma.sync)"
 stage bench-attnrun-det 60 "$BENCH_BIN" --det --path "$BENCH_PATH" --n 8192 --hd 128 --json "$JSON"
 # Where the mma.sync forward's time goes (0.17x torch at d=128 on 2026-12-04): its ablation
@@ -363,8 +363,8 @@ if [ -n "$SANITIZER" ]; then
   stage memcheck-cache 90 "$SANITIZER" --tool memcheck --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" cache
   STAGE_NOTE="test_cuda_attn quick (shared-memory hazards; on mma.sync, as it passed on 2026-12-04)"
   stage racecheck 150 env ATTN_CUDA_HOPPER=0 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
-  STAGE_NOTE="the same on the 4-stage forward (ATTN_CUDA_FWD_STAGES=4: its tile descriptors in shared memory)"
-  stage racecheck-4s 150 env ATTN_CUDA_HOPPER=0 ATTN_CUDA_FWD_STAGES=4 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="the same on the 4-stage kernels (ATTN_CUDA_FWD_STAGES=4: tile descriptors in shared memory; ATTN_CUDA_BWD_STAGES=4)"
+  stage racecheck-4s 150 env ATTN_CUDA_HOPPER=0 ATTN_CUDA_FWD_STAGES=4 ATTN_CUDA_BWD_STAGES=4 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else
   S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi

@@ -286,10 +286,13 @@ void gc_out_free(gc_out *o) {
  * ATTN_CUDA_FWD_STAGES=4
  * (the precedence of dispatch.c's carve) fails unless one of its mma.sync forwards ran the
  * kernel so asked for:
- * a variable the dispatcher ignored would otherwise pass as the default kernel's test. */
+ * a variable the dispatcher ignored would otherwise pass as the default kernel's test.
+ * Likewise every backward (gc_bwd_views) tallies attn_cuda_last_bwd_form(), and a part run
+ * with ATTN_CUDA_BWD_STAGES=4 fails unless one of its mma.sync backwards ran "4s". */
 static const char *const form_names[] = {"8w", "4w", "2cta", "4x32", "4s", "ab", "none"};
 enum { N_FORMS = (int)(sizeof form_names / sizeof form_names[0]) };
 static int form_runs[N_FORMS];
+static int bwd_runs[3]; /* the mma.sync dK/dV kernels: "2s", "4s", and "none" (sm90) */
 static void (*chosen_part)(void);
 
 static void tally_form(void) {
@@ -301,6 +304,11 @@ static void tally_form(void) {
 static int env_is(const char *name, int value) {
   const char *v = getenv(name);
   return v && *v && atoi(v) == value;
+}
+
+static void tally_bwd_form(void) {
+  const char *f = attn_cuda_last_bwd_form();
+  bwd_runs[!strcmp(f, "2s") ? 0 : !strcmp(f, "4s") ? 1 : 2]++;
 }
 
 static void run_and_check_forms(void) {
@@ -321,6 +329,11 @@ static void run_and_check_forms(void) {
   printf("%s%s\n", asked ? "; asked for " : "", asked ? asked : "");
   if (asked) TU_CHECK(mma == 0 || got > 0, "the environment asks for the %s kernel, but none of "
                       "the %d mma.sync forwards ran it", asked, mma);
+  printf("mma.sync dK/dV kernels of the backwards: 2s %d 4s %d none %d\n", bwd_runs[0], bwd_runs[1],
+         bwd_runs[2]);
+  if (env_is("ATTN_CUDA_BWD_STAGES", 4))
+    TU_CHECK(bwd_runs[0] + bwd_runs[1] == 0 || bwd_runs[1] > 0, "the environment asks for the 4s "
+             "dK/dV kernel, but none of the %d mma.sync backwards ran it", bwd_runs[0] + bwd_runs[1]);
 }
 
 int gc_run_parts(const char *test, int argc, char **argv, const tu_part *parts, int count,
@@ -386,6 +399,7 @@ attn_status gc_bwd_views(gc_prob *P, attn_cuda_view dq, attn_cuda_view dk, attn_
     st = attn_cuda_bwd_block(&P->pb, dout, P->d_lse, delta, P->Sq, dq, dk, dv, deterministic, P->d_ws,
                              P->ws_bytes, NULL);
   td_sync();
+  if (st == ATTN_OK && P->c.dtype != ATTN_F32) tally_bwd_form();
   td_download(ds_out, ds, (size_t)P->Hq * 4);
   td_free(delta);
   td_free(ds);

@@ -59,6 +59,7 @@ def compare_synthetic(tmp):
             rec("torch-flash", "fwd", 128, 8192, 0, 500.0),
             rec("torch-cudnn", "fwd", 128, 8192, 0, 600.0),
             rec("attnrun", "bwd", 64, 4096, 1, 150.0, check="ok"),
+            rec("attnrun-mma4s", "bwd", 64, 4096, 1, 180.0, check="ok"),
             rec("attnrun-sm90", "bwd", 64, 4096, 1, 240.0, check="ok"),
             rec("torch-flash", "bwd", 64, 4096, 1, 300.0),
             rec("torch-cudnn", "bwd", 64, 4096, 1, error="no kernel for this shape"),
@@ -93,6 +94,9 @@ def compare_synthetic(tmp):
     s4 = t.get(("fwd mma 4-stage", "128", "8192", "no"))
     check("4-stage mma row: 420, 420/600 of best torch, 1.05 of the 8-warp 400",
           s4 is not None and s4[0] == "420.0" and s4[5] == "0.70" and s4[6] == "1.05 of 8-warp" and s4[7] == "ok")
+    b4 = t.get(("bwd mma 4-stage", "64", "4096", "yes"))
+    check("4-stage mma bwd row: 180, 180/300 of flash (cuDNN errored), 1.20 of the default 150",
+          b4 is not None and b4[0] == "180.0" and b4[5] == "0.60" and b4[6] == "1.20 of 8-warp" and b4[7] == "ok")
     bwd = t.get(("bwd", "64", "4096", "yes"))
     check("bwd row: cuDNN error shown, ratio to flash 150/300",
           bwd is not None and bwd[4] == "error" and bwd[5] == "0.50" and bwd[6] == "0.80")
