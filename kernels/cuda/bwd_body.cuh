@@ -435,15 +435,14 @@ extern "C" int FA_FN(attn_cuda__bwd_)(const fa_call *c) {
   int e = fa_key_grid(&p, c, B_BN, &grid_k);
   if (e) return e;
   const dim3 grid((unsigned)grid_k, (unsigned)pb->Hkv, (unsigned)pb->B);
-  *c->bwd_stages_ran = 2;
+  const int ring = FA_BWD_4S(DQK, DV) && c->bwd_stages == FA_BWD_4S_STAGES;
+  *c->bwd_stages_ran = ring ? FA_BWD_4S_STAGES : 2;
 #if FA_BWD_4S(DQK, DV)
-  if (c->bwd_stages == FA_BWD_4S_STAGES) {
-    *c->bwd_stages_ran = FA_BWD_4S_STAGES;
+  if (ring)
     FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv4s_), grid, dim3(B_THREADS), B_SMEM_BYTES_ST(FA_BWD_4S_STAGES),
                    c->stream, p);
-  }
+  else
 #endif
-  if (*c->bwd_stages_ran == 2)
     FA_LAUNCH_SMEM(e, FA_FN(flash_dkdv_), grid, dim3(B_THREADS), B_SMEM_BYTES, c->stream, p);
   if (e || !c->deterministic) return e;
 
