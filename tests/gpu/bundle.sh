@@ -315,3 +315,5 @@ write_tarball
 report_size
 echo "bundle.sh: $TARBALL ready (git $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null), sha256 $(sha256sum "$TARBALL" | cut -c1-16))."
 echo "  device tool: run(carry: [\".gpu-bundle.tar.gz\"], command: \"bash tests/gpu/device-check.sh\", timeout_s: 560)"
+echo "  if its summary says \"Out of budget\", at once (the machine goes back when idle) the same carry with the"
+echo "  ATTN_CHECK_ONLY=... command the summary prints, timeout_s within the session's time left"

@@ -15,6 +15,9 @@
 # CUDA image lacks, and .gpu-bundle.tar.gz, the same gzipped: the folder alone is over the
 # 64 MiB carry limit); then the device tool's run with
 #   carry: [".gpu-bundle.tar.gz"], command: "bash tests/gpu/device-check.sh", timeout_s: 560
+# A run that runs out of budget prints, at the end of its summary, an ATTN_CHECK_ONLY=...
+# command for the stages it skipped: call the device tool with it (the same carry) at once,
+# while the machine is still warm (it goes back after a short idle time).
 # The first stage unpacks the tarball into .gpu-bundle/ (tar, else python3's tarfile; again on
 # every run, since a warm machine keeps the folder of an earlier one). A .gpu-bundle/ folder
 # carried as such (carry: [".gpu-bundle"]) is used as it is.
@@ -26,7 +29,12 @@
 # else to bench/results/. Environment: ATTN_CHECK_BUDGET_S (default 450: no stage starts
 # after that), ATTN_CHECK_JOBS (default 16), ATTN_CHECK_ARCH (default: the device's, e.g. 90a),
 # ATTN_CHECK_BUNDLE (auto: run .gpu-bundle/'s programs when they work; off: build here, still
-# against the bundle's libraries).
+# against the bundle's libraries), ATTN_CHECK_CTEST_JOBS (default 8: the GPU tests' oracles
+# run on the host's cores), ATTN_CHECK_ONLY (an extended regex: only the stages whose names
+# match run, besides the set-up ones; the summary of a run that ran out of budget prints the
+# value that runs what it skipped, for a second call on the still-warm machine) and
+# ATTN_CHECK_PATH (the benchmark's --path when the tests stage is not selected; default
+# auto, which includes the sm90 rows and their stages).
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -41,6 +49,14 @@ mkdir -p "$DEST"
 LOG="$DEST/device-check.log"
 : >"$LOG"
 S_NAME=() S_RES=() S_SEC=() S_NOTE=()
+ONLY=${ATTN_CHECK_ONLY:-}
+# the stages every run needs (the bundle or the build they set up), whatever ONLY says
+SETUP_STAGES='^(unpack|info|bundle-smoke|bundle-mpi|configure|configure-standalone|build|build-cuda)$'
+# selected NAME: whether stage NAME runs under ATTN_CHECK_ONLY (compare: whenever a
+# benchmark stage left records)
+selected() {
+  [ -z "$ONLY" ] || [[ $1 =~ $SETUP_STAGES ]] || [[ $1 =~ $ONLY ]] || [[ $1 == compare && -s ${JSON:-} ]]
+}
 
 note() { echo "$*" | tee -a "$LOG"; }
 
@@ -48,6 +64,11 @@ note() { echo "$*" | tee -a "$LOG"; }
 stage() {
   local name=$1 limit=$2 left rc t0 t1 res
   shift 2
+  if ! selected "$name"; then # not asked for: no row, no log beyond this line
+    STAGE_NOTE=""
+    echo "==== $name: not selected (ATTN_CHECK_ONLY)" >>"$LOG"
+    return 98
+  fi
   left=$((BUDGET - ($(date +%s) - START)))
   if ((left < 15)); then
     S_NAME+=("$name") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("out of time budget")
@@ -282,8 +303,9 @@ sass() {
 STAGE_NOTE="cuobjdump census in the log"
 stage sass 30 bash -c "BUILD='$BUILD'; $(declare -f sass); sass"
 CTEST_OUT="$DEST/.ctest.txt"
-STAGE_NOTE="ctest -L gpu -j4"
-stage tests 240 bash -c "set -o pipefail; ctest --test-dir '$BUILD' -L gpu --output-on-failure -j 4 --timeout 300 | tee '$CTEST_OUT'"
+CTEST_JOBS=${ATTN_CHECK_CTEST_JOBS:-8}
+STAGE_NOTE="ctest -L gpu -j$CTEST_JOBS"
+stage tests 240 bash -c "set -o pipefail; ctest --test-dir '$BUILD' -L gpu --output-on-failure -j $CTEST_JOBS --timeout 300 | tee '$CTEST_OUT'"
 # ---- 3. benchmarks ------------------------------------------------------------------------
 JSON="$DEST/bench-$DATE-$CARD.jsonl"
 MD="$DEST/bench-$DATE-$CARD.md"
@@ -296,6 +318,7 @@ if grep -qE "cuda_hopper_fwd .*Passed" "$CTEST_OUT" 2>/dev/null &&
   grep -qE "cuda_hopper_bwd .*Passed" "$CTEST_OUT"; then
   BENCH_PATH=auto
 fi
+selected tests || BENCH_PATH=${ATTN_CHECK_PATH:-auto} # a second call: the first one's tests decided
 STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens; --path $BENCH_PATH (auto: mma and sm90 side by side)"
 stage bench-attnrun 150 "$BENCH_BIN" --path "$BENCH_PATH" --json "$JSON"
 STAGE_NOTE="the mma.sync forward's 4-warp kernel (ATTN_CUDA_FWD_WARPS=4: two CTAs an SM), d=128/64, N=1K..16K"
@@ -366,7 +389,7 @@ if [ -n "$SANITIZER" ]; then
   STAGE_NOTE="the same on the 4-stage kernels (ATTN_CUDA_FWD_STAGES=4: tile descriptors in shared memory; ATTN_CUDA_BWD_STAGES=4)"
   stage racecheck-4s 150 env ATTN_CUDA_HOPPER=0 ATTN_CUDA_FWD_STAGES=4 ATTN_CUDA_BWD_STAGES=4 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
 else
-  S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
+  [ -n "$ONLY" ] || S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
 # Hardware counters of the kernels furthest from their targets (ncu, --clock-control none as
 # the device notes ask; one launch each, d=128 bf16 N=8K non-causal, the bench's validating
@@ -406,7 +429,7 @@ if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
     stage "ncu-$pname-source" 60 bash -c "$(declare -f source_profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' source_profile $spec"
   done
 else
-  S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")
+  [ -n "$ONLY" ] || S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")
 fi
 
 # Random problems through attnrun --backend cuda (the default kernels), each against the
@@ -428,6 +451,17 @@ TOTAL=$(($(date +%s) - START))
   done
   echo
   echo "total: ${TOTAL}s"
+  [ -n "$ONLY" ] && echo && echo "ATTN_CHECK_ONLY='$ONLY': the other stages were not run"
+  # the stages the budget cut, as the ATTN_CHECK_ONLY of a second call that runs them
+  skipped=()
+  for i in "${!S_NAME[@]}"; do
+    [ "${S_NOTE[$i]}" = "out of time budget" ] && skipped+=("${S_NAME[$i]}")
+  done
+  if ((${#skipped[@]})); then
+    echo
+    echo "Out of budget: ${#skipped[@]} stages did not run. On the still-warm machine, run them with"
+    echo "ATTN_CHECK_ONLY='^($(IFS='|'; echo "${skipped[*]}"))\$' bash tests/gpu/device-check.sh"
+  fi
   if [ -s "$CTEST_OUT" ]; then
     echo
     echo "## CUDA tests"
