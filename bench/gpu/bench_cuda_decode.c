@@ -15,6 +15,8 @@
  * Each shape is validated first (4 sampled rows of O against the float64 oracle), then
  * warmed up, then timed with CUDA events: median and min of --reps runs.
  * Usage: bench_cuda_decode [--json FILE] [--sq 1] [--reps 20] [--warmup 5]
+ *                          [--shapes B/Hq/Hkv/Skv,...] (sdpa_bench.py decode's syntax; Skv a
+ *                          multiple of the page, 16; default: the seven below)
  * Exit status: 0, 1 on a CUDA or check failure, 77 without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -36,8 +38,9 @@ typedef struct {
   int64_t B, Hq, Hkv, Skv;
 } shape;
 
+#define MAX_SHAPES 16
 /* Llama-3-8B-like 32/8 heads from one to 32 sequences, a 128K cache, MHA, and MQA. */
-static const shape shapes[] = {{1, 32, 8, 8192},  {1, 32, 8, 32768},  {1, 32, 8, 131072},
+static const shape default_shapes[] = {{1, 32, 8, 8192},  {1, 32, 8, 32768},  {1, 32, 8, 131072},
                                {8, 32, 8, 32768}, {32, 32, 8, 8192},  {1, 32, 32, 32768},
                                {1, 16, 1, 65536}};
 
@@ -164,18 +167,42 @@ static attn_cuda_problem paged_problem(const attn_cuda_problem *pb, const uint16
   return p;
 }
 
+/* "B/Hq/Hkv/Skv,..." into out (at most MAX_SHAPES); the count, or -1 with a message. */
+static int parse_shapes(const char *s, shape *out) {
+  int n = 0;
+  while (*s) {
+    long long b, hq, hkv, skv;
+    int used = 0;
+    if (n == MAX_SHAPES || sscanf(s, "%lld/%lld/%lld/%lld%n", &b, &hq, &hkv, &skv, &used) != 4 ||
+        b < 1 || hkv < 1 || hq < hkv || hq % hkv || skv < PAGE || skv % PAGE ||
+        (s[used] != ',' && s[used] != '\0')) {
+      fprintf(stderr, "bench_cuda_decode: --shapes wants up to %d of B/Hq/Hkv/Skv (Hq a multiple of "
+              "Hkv, Skv a multiple of %d), at '%s'\n", MAX_SHAPES, PAGE, s);
+      return -1;
+    }
+    out[n++] = (shape){b, hq, hkv, skv};
+    s += used + (s[used] == ',');
+  }
+  return n;
+}
+
 int main(int argc, char **argv) {
   const char *json = NULL;
   int64_t sq = 1;
-  int reps = 20, warmup = 5;
+  int reps = 20, warmup = 5, nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
+  shape shapes[MAX_SHAPES];
+  memcpy(shapes, default_shapes, sizeof default_shapes);
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(argv[i], "--json") && v) json = argv[++i];
     else if (!strcmp(argv[i], "--sq") && v) sq = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && v) warmup = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: bench_cuda_decode [--json FILE] [--sq 1] [--reps 20] [--warmup 5]\n");
+    else if (!strcmp(argv[i], "--shapes") && v) {
+      if ((nshapes = parse_shapes(argv[++i], shapes)) < 1) return 2;
+    } else {
+      fprintf(stderr, "usage: bench_cuda_decode [--json FILE] [--sq 1] [--reps 20] [--warmup 5] "
+              "[--shapes B/Hq/Hkv/Skv,...]\n");
       return 2;
     }
   }
@@ -209,7 +236,7 @@ int main(int argc, char **argv) {
   CHECK_CUDA(cudaEventCreate(&ev[0]));
   CHECK_CUDA(cudaEventCreate(&ev[1]));
   int failed = 0;
-  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+  for (int si = 0; si < nshapes; si++) {
     const shape sh = shapes[si];
     const int64_t nq = sh.B * sq * sh.Hq * HD, nk = sh.B * sh.Skv * sh.Hkv * HD;
     uint16_t *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2), *hv = malloc((size_t)nk * 2);

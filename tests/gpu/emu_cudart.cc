@@ -20,8 +20,9 @@
  * work shows up: a kernel or the host that reads a buffer whose copy was never waited for
  * sees the old bytes (or the poison). What it cannot show: a side stream that fails to wait
  * for a kernel (kernels already ran when they were launched), races between concurrent
- * kernels, blocking-stream (legacy) semantics, and real timings (events carry host
- * timestamps of when their record ran). */
+ * kernels, blocking-stream (legacy) semantics beyond running a cudaStreamCreate stream's
+ * work as it is issued (what a program of one such stream sees), and real timings (events
+ * carry host timestamps of when their record ran). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,7 @@ struct emu_stream_s {
   std::deque<queued> q;
   uint64_t next = 1; /* seq of the next queued item */
   bool live = true;  /* destroyed streams stay allocated: waits may still name them */
+  bool eager = false; /* a blocking stream (cudaStreamCreate): its work runs when issued */
 };
 
 struct emu_event_s {
@@ -148,9 +150,10 @@ void run_all() {
   for (emu_stream_s *s : g_streams) run_until(s, UINT64_MAX);
 }
 
-/* Queues f on s, or runs it now on the default stream; returns its seq (0: ran). */
+/* Queues f on s, or runs it now on the default stream or a blocking one; returns its seq
+ * (0: ran). */
 uint64_t enqueue(emu_stream_s *s, std::function<void()> f) {
-  if (!s) {
+  if (!s || s->eager) {
     f();
     return 0;
   }
@@ -206,6 +209,17 @@ cudaError_t cudaGetDeviceCount(int *n) {
 }
 
 cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+/* What the emulator is: compute capability 9.0 (emu.cc models the sm90 primitives too). */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev) {
+  if (dev != 0) return cudaErrorInvalidDevice;
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "emulated-device");
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDevice(int *dev) {
   *dev = 0;
@@ -287,6 +301,21 @@ cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
   return cudaSuccess;
 }
 
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) {
+  if (!s) return cudaMemset(dst, value, bytes);
+  if (!s->live) return cudaErrorInvalidResourceHandle;
+  if (!bytes) return cudaSuccess;
+  if (!in_arena(dst) || !inside_alloc(dst, bytes)) { /* checked when queued */
+    fprintf(stderr, "emu cudart: cudaMemsetAsync of %zu bytes outside a device allocation\n", bytes);
+    return cudaErrorInvalidValue;
+  }
+  enqueue(s, [=]() {
+    device_scope open;
+    memset(dst, value, bytes);
+  });
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (!s) return cudaMemcpy(dst, src, bytes, kind);
@@ -317,6 +346,15 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return cudaErrorInvalidValue;
   }
   *s = new emu_stream_s;
+  g_streams.push_back(*s);
+  return cudaSuccess;
+}
+
+/* A blocking stream, as the benchmarks create theirs: program order with the default
+ * stream, which is what running its work when issued gives (kernels run when launched). */
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  *s = new emu_stream_s;
+  (*s)->eager = true;
   g_streams.push_back(*s);
   return cudaSuccess;
 }

@@ -2,7 +2,8 @@
  * (tests/gpu/emu_cudart.cc), on which the emu ring tests rely to show a missing wait: work
  * queued on a created stream runs only when something waits for it (a default-stream
  * cudaStreamWaitEvent, cudaEventQuery / Synchronize, a stream or device sync, cudaFree),
- * elapsed times need completed records, and fresh memory is poisoned. Label emu. */
+ * elapsed times need completed records, fresh memory is poisoned, and a blocking stream
+ * (cudaStreamCreate, what the benchmarks use) runs its work as it is issued. Label emu. */
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,26 @@ static void deferred_copies(cudaStream_t s, void *dev, void *dev2) {
   EXPECT(cudaEventDestroy(ev) == cudaSuccess);
 }
 
+/* cudaMemsetAsync is queued on a non-blocking stream like a copy; a cudaStreamCreate
+ * (blocking) stream runs its work as it is issued, events included. */
+static void memsets_and_blocking(cudaStream_t s, void *dev) {
+  cudaStream_t b = NULL;
+  cudaEvent_t e0, e1;
+  float ms = -1;
+  EXPECT(cudaMemsetAsync(dev, 3, N, s) == cudaSuccess);
+  EXPECT(first_byte(dev) != 3);
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess && first_byte(dev) == 3);
+  EXPECT(cudaMemsetAsync(dev, 0, 2 * N, s) == cudaErrorInvalidValue); /* past the allocation */
+  EXPECT(cudaStreamCreate(&b) == cudaSuccess);
+  EXPECT(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess);
+  EXPECT(cudaEventRecord(e0, b) == cudaSuccess);
+  EXPECT(cudaMemsetAsync(dev, 4, N, b) == cudaSuccess && first_byte(dev) == 4);
+  EXPECT(cudaEventRecord(e1, b) == cudaSuccess);
+  EXPECT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms >= 0);
+  EXPECT(cudaEventDestroy(e0) == cudaSuccess && cudaEventDestroy(e1) == cudaSuccess);
+  EXPECT(cudaStreamDestroy(b) == cudaSuccess);
+}
+
 /* Elapsed times need both records to have run; timing-disabled events have none. */
 static void timing(cudaStream_t s) {
   cudaEvent_t a, b, quiet;
@@ -77,6 +98,7 @@ int main(void) {
   EXPECT(pinned && pinned[0] == 0xFF && pinned[N - 1] == 0xFF);
   EXPECT(first_byte(dev) == 0xFF);
   deferred_copies(s, dev, dev2);
+  memsets_and_blocking(s, dev);
   timing(s);
   EXPECT(cudaStreamDestroy(s) == cudaSuccess);
   EXPECT(cudaFreeHost(pinned) == cudaSuccess && cudaFree(dev) == cudaSuccess);
