@@ -4,7 +4,8 @@
 # CUDA part alone from tests/gpu/standalone), the ptxas spill check, every CUDA test
 # (ctest -L gpu, the MPI/NCCL ones included), the benchmark side by side with PyTorch SDPA
 # (flash, cuDNN; the sm90 rows only once the Hopper tests passed), then as the budget
-# allows the generic tests again on mma.sync (ATTN_CUDA_HOPPER=0; the Hopper kernels are
+# allows `mpiexec -np 8 attnrun --seq 1M` on the default backend (it must pick cuda), the
+# generic tests again on mma.sync (ATTN_CUDA_HOPPER=0; the Hopper kernels are
 # the default on sm_90), compute-sanitizer memcheck and racecheck on small shapes, random
 # problems through attnrun, and Nsight Compute's counters (stall reasons, occupancy,
 # throughput) of the slowest kernels. Every stage is timed and `timeout`-wrapped; a failing
@@ -365,6 +366,22 @@ stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"
 
 # ---- 3b. after the benchmarks, as the budget allows ----------------------------------------
+# The issue's own target: `mpirun -np 8 attnrun --seq 1M` with the default backend picks
+# CUDA on a GPU machine (here eight ranks share the one GPU: the ring over the MPI-staged
+# transport), and its --check passes. Its JSON record in seq1m-np8.jsonl.
+seq1m() {
+  local out rc
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 130 mpiexec -np 8 \
+    --oversubscribe --bind-to none --timeout 120 "$BUILD/launch/attnrun" --seq 1M --iters 1 \
+    --warmup 0 --check 16 --json "$DEST/seq1m-np8.jsonl" 2>&1)
+  rc=$?
+  echo "$out"
+  ((rc == 0)) || { echo "seq1m: exit $rc"; return 1; }
+  echo "$out" | grep -q '^# backend cuda' || { echo "seq1m: the default backend was not cuda"; return 1; }
+  echo "$out" | grep -q 'OK: 0 wrong elements' || { echo "seq1m: --check did not pass"; return 1; }
+}
+STAGE_NOTE="mpiexec -np 8 attnrun --seq 1M --check 16, default backend: must pick cuda (8 ranks on the GPU)"
+stage seq1m-np8 140 bash -c "BUILD='$BUILD' DEST='$DEST'; $(declare -f seq1m); seq1m"
 # The Hopper kernels are the default on sm_90 (the ctest run above used them wherever
 # dispatch.c takes them); the generic parts again on the mma.sync kernels
 # (ATTN_CUDA_HOPPER=0), which other GPUs and the sm90 fallbacks run.
