@@ -18,7 +18,9 @@ shapes bench_cuda times, and the side-by-side table of both.
       reads the JSON lines of both and prints, per (pass, hd, N, causal), the TFLOP/s of
       attnrun and of each torch backend and the ratio attnrun / best torch backend; then,
       for the decode records, per (B, Hq, Hkv, Sq, Skv), the times of attnrun's planned and
-      plain forms and of each torch backend, and best torch time / attnrun time; then the
+      plain forms and of each torch backend, and best torch time / attnrun time; the
+      targets at a glance (worst and mean ours / best torch at d = 128, N >= 8K, against the
+      issue's 0.6 / 0.5 / 1.0) and each experiment against the kernel it would replace; then the
       ablation runs' tables (ATTN_SM90_ABLATE: sm90 backward; ATTN_MMA_ABLATE: mma.sync
       forward), each mask's time against mask 0's.
 
@@ -256,6 +258,64 @@ def ablation_table(recs, field="ablate", pass_="bwd", bits=ABLATE_BITS, prefix="
     return lines
 
 
+# The issue's targets (bf16, d = 128, N >= 8K): ours / the best torch backend, per pass and
+# kernel family: the mma.sync kernels 0.6 (forward) and 0.5 (backward), the Hopper ones 1.0.
+TARGETS = [("fwd", "attnrun", "mma.sync 8-warp (default)", 0.6), ("fwd", "attnrun-mma4", "mma.sync 4-warp", 0.6),
+           ("fwd", "attnrun-mma2c", "mma.sync 2-CTA", 0.6), ("fwd", "attnrun-mma4x32", "mma.sync 4x32", 0.6),
+           ("fwd", "attnrun-mma4s", "mma.sync 4-stage", 0.6), ("fwd", "attnrun-sm90", "sm90", 1.0),
+           ("bwd", "attnrun", "mma.sync (default)", 0.5), ("bwd", "attnrun-mma4s", "mma.sync 4-stage dK/dV", 0.5),
+           ("bwd", "attnrun-sm90", "sm90", 1.0), ("bwd", "attnrun-sm90-dqatomic", "sm90, dQ by atomics", 1.0)]
+# each experiment against the kernel it would replace: (pass, impl, its default)
+VARIANTS = [("fwd", "attnrun-mma4", "attnrun"), ("fwd", "attnrun-mma2c", "attnrun"),
+            ("fwd", "attnrun-mma4x32", "attnrun"), ("fwd", "attnrun-mma4s", "attnrun"),
+            ("bwd", "attnrun-mma4s", "attnrun"), ("fwd", "attnrun-sm90", "attnrun"),
+            ("bwd", "attnrun-sm90", "attnrun"), ("bwd", "attnrun-sm90-dqatomic", "attnrun-sm90")]
+
+
+def geomean(xs):
+    import math
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def summary_lines(rows, dec):
+    """Two tables at a glance: the issue's targets (worst and geometric mean of ours / best
+    torch over d = 128, N >= 8K, causal and not) and each experiment's speed-up over the
+    kernel it would replace (that kernel's median time over the experiment's: geometric mean,
+    min, max over every shape both ran; decode: the 4-stage ring's steps)."""
+    lines = ["| pass | kernel | shapes | worst / best torch | geomean / best torch | target | met |",
+             "|---|---|---|---|---|---|---|"]
+    for pas, impl, label, target in TARGETS:
+        ratios = []
+        for (p_, d, n, _c), r in rows.items():
+            best = max([r[i]["tflops"] for i in ("torch-flash", "torch-cudnn") if "tflops" in r.get(i, {})],
+                       default=None)
+            if p_ == pas and d == (128, 128) and n >= 8192 and best and "tflops" in r.get(impl, {}):
+                ratios.append(r[impl]["tflops"] / best)
+        if ratios:
+            lines.append(f"| {pas} | {label} | {len(ratios)} | {min(ratios):.2f} | {geomean(ratios):.2f} | "
+                         f"{target:.1f} | {'yes' if min(ratios) >= target else 'no'} |")
+    vlines = ["| pass | experiment | against | shapes | geomean speed-up | min | max |",
+              "|---|---|---|---|---|---|---|"]
+    for pas, impl, base in VARIANTS:
+        xs = [r[base]["ms_median"] / r[impl]["ms_median"] for (p_, *_k), r in rows.items()
+              if p_ == pas and r.get(impl, {}).get("ms_median") and r.get(base, {}).get("ms_median")]
+        if xs:
+            vlines.append(f"| {pas} | {impl} | {base} | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+    by = {}
+    for r in dec:
+        by.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r.get("ms_median")
+    xs = [d["attnrun"] / d["attnrun-4s"] for d in by.values() if d.get("attnrun") and d.get("attnrun-4s")]
+    if xs:
+        vlines.append(f"| decode | attnrun-4s | attnrun | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+    out = []
+    if len(lines) > 2:
+        out += ["", "Targets (bf16, d = 128, N >= 8K, causal and not): ours / the best torch backend.", ""] + lines
+    if len(vlines) > 2:
+        out += ["", "Experiments against the kernel each would replace: its time over theirs (a speed-up "
+                "above 1), over every shape both ran.", ""] + vlines
+    return out
+
+
 def compare(args):
     rows, det, dec, abl = {}, [], [], []
     with open(args.file) as f:
@@ -336,6 +396,9 @@ def compare(args):
     dev = next((x.get("device") for r in rows.values() for x in r.values() if x.get("device")), "?")
     text = (f"Forward/backward TFLOP/s (peers' FLOP rule), bf16, median of timed runs, on {dev}.\n\n"
             + "\n".join(lines) + "\n")
+    glance = summary_lines(rows, dec)
+    if glance:
+        text += "\n".join(glance) + "\n"
     if dec:
         dev = next((r.get("device") for r in dec if r.get("device")), dev)
         text += (f"\nDecode steps, bf16, head dim 128, median ms of timed runs, on {dev} (GB/s: K+V "

@@ -69,7 +69,12 @@ foreach(want
     "dQ GEMM + dS barrier + dV+dK GEMMs + P/dS arithmetic + per-step loads (62)"
     "The mma.sync forward with stages left out"
     "K/V loads + tile wait + barrier + QK^T MMAs + online softmax + PV MMAs (31)"
-    "Decode steps, bf16, head dim 128")
+    "Decode steps, bf16, head dim 128"
+    # each experiment against its default, over every shape both ran
+    "| fwd | attnrun-mma4 | attnrun | 4 |" "| fwd | attnrun-mma2c | attnrun | 4 |"
+    "| fwd | attnrun-mma4x32 | attnrun | 4 |" "| fwd | attnrun-mma4s | attnrun | 4 |"
+    "| bwd | attnrun-mma4s | attnrun | 4 |" "| bwd | attnrun-sm90 | attnrun | 4 |"
+    "| bwd | attnrun-sm90-dqatomic | attnrun-sm90 | 4 |" "| decode | attnrun-4s | attnrun | 3 |")
   string(FIND "${text}" "${want}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "compare's tables lack '${want}'")

@@ -1,7 +1,7 @@
 """test_sdpa_bench.py — bench/gpu/sdpa_bench.py, the GPU benchmark's torch side, before a
 GPU session depends on it: `compare` on synthetic records (ratios to the best torch
 backend, deterministic and TMA-dQ rows against their own atomic-dQ rows, error rows, the
-decode table), and, where torch is importable, `run` and `decode` on the host (--device cpu, the math and CPU flash
+decode table, the targets and experiments at a glance), and, where torch is importable, `run` and `decode` on the host (--device cpu, the math and CPU flash
 backends: the same code path as on a GPU but for the timer) feeding `compare`.
 
     python3 tests/python/test_sdpa_bench.py
@@ -52,7 +52,7 @@ def compare_synthetic(tmp):
     print("compare on synthetic records")
     recs = [rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok", ms_median=10.0),
             rec("attnrun-mma4", "fwd", 128, 8192, 0, 480.0, check="ok"),
-            rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok"),
+            rec("attnrun-mma2c", "fwd", 128, 8192, 0, 540.0, check="ok", ms_median=8.0),
             rec("attnrun-mma4x32", "fwd", 128, 8192, 0, 450.0, check="ok"),
             rec("attnrun-mma4s", "fwd", 128, 8192, 0, 420.0, check="ok"),
             rec("attnrun-sm90", "fwd", 128, 8192, 0, 660.0, check="ok"),
@@ -72,7 +72,11 @@ def compare_synthetic(tmp):
             dict(rec("attnrun-mma-ab0", "fwd", 128, 8192, 0, 410.0, check="ok"), mma_ablate=0, ms_median=8.0),
             dict(rec("attnrun-mma-ab20", "fwd", 128, 8192, 0, 800.0, check="ablated"), mma_ablate=20, ms_median=2.0),
             dict(rec("attnrun", "fwd", 128, 8192, 1, 777.0, check="ok"), mma_ablate=20, ms_median=3.0),
-            rec("attnrun", "fwd", 192, 2048, 1, 100.0, hd_v=128, check="ok")]
+            rec("attnrun", "fwd", 192, 2048, 1, 100.0, hd_v=128, check="ok"),
+            # d = 128, N >= 8K backward rows: the targets table's
+            rec("attnrun", "bwd", 128, 16384, 1, 110.0, check="ok", ms_median=20.0),
+            rec("attnrun-sm90", "bwd", 128, 16384, 1, 220.0, check="ok", ms_median=10.0),
+            rec("torch-cudnn", "bwd", 128, 16384, 1, 550.0)]
     path, md = os.path.join(tmp, "syn.jsonl"), os.path.join(tmp, "syn.md")
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in recs)
@@ -118,6 +122,21 @@ def compare_synthetic(tmp):
     check("mma ablation table names the default kernel's time of the main run (10 ms)",
           "flash_fwd) at d=128 N=8192 not causal in the main run: 10.000 ms" in open(md).read())
     check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
+    lines = open(md).read().splitlines()
+    # the targets at a glance: d = 128, N >= 8K only (the d = 64 N = 4096 rows left out)
+    for want in ("| fwd | mma.sync 8-warp (default) | 1 | 0.67 | 0.67 | 0.6 | yes |",
+                 "| fwd | mma.sync 2-CTA | 1 | 0.90 | 0.90 | 0.6 | yes |",
+                 "| fwd | sm90 | 1 | 1.10 | 1.10 | 1.0 | yes |",
+                 "| bwd | mma.sync (default) | 1 | 0.20 | 0.20 | 0.5 | no |",
+                 "| bwd | sm90 | 1 | 0.40 | 0.40 | 1.0 | no |"):
+        check(f"targets row {want}", want in lines)
+    check("no targets row for a kernel without d = 128 N >= 8K records (the mma 4-stage backward)",
+          not any(l.startswith("| bwd | mma.sync 4-stage") for l in lines))
+    # the experiments against their defaults, by median times
+    check("experiment row: 2-CTA forward 10 ms -> 8 ms, 1.25x",
+          "| fwd | attnrun-mma2c | attnrun | 1 | 1.25 | 1.25 | 1.25 |" in lines)
+    check("experiment row: sm90 backward 20 ms -> 10 ms, 2.00x",
+          "| bwd | attnrun-sm90 | attnrun | 1 | 2.00 | 2.00 | 2.00 |" in lines)
     check("the device is named", "Test GPU" in p.stdout)
 
 
@@ -163,6 +182,8 @@ def compare_decode(tmp):
     other = d.get(("8", "32", "8", "1", "32768"))
     check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[9] == "-")
     check("the prefill table is still there", ("fwd", "128", "8192", "no") in table(text))
+    check("decode experiment row: 4-stage 0.05 -> 0.045 ms, 1.11x",
+          "| decode | attnrun-4s | attnrun | 1 | 1.11 | 1.11 | 1.11 |" in text.splitlines())
 
 
 def decode_on_host(tmp):
