@@ -228,8 +228,8 @@ int main(int argc, char **argv) {
   printf("attnrun CUDA decode on %s (%d SMs), bf16, head dim %d, Sq %lld; GB/s = K+V bytes read "
          "/ time; vs copy = that over the same bytes' device copy (read rate)\n",
          prop.name, prop.multiProcessorCount, HD, (long long)sq);
-  printf("%-6s %3s %3s %3s %7s %10s %10s %8s %8s %5s %6s %7s\n", "form", "B", "Hq", "Hkv", "Skv",
-         "median ms", "min ms", "GB/s", "vs copy", "pack", "splits", "check");
+  printf("%-6s %3s %3s %3s %7s %10s %10s %8s %8s %5s %6s %7s %s\n", "form", "B", "Hq", "Hkv", "Skv",
+         "median ms", "min ms", "GB/s", "vs copy", "pack", "splits", "check", "path");
   cudaStream_t stream;
   cudaEvent_t ev[2];
   CHECK_CUDA(cudaStreamCreate(&stream));
@@ -294,6 +294,9 @@ int main(int argc, char **argv) {
       int pack, nsplit;
       attn_cuda_last_fwd_plan(&pack, &nsplit);
       const char *sfx = !strcmp(attn_cuda_last_fwd_form(), "4s") ? "-4s" : "";
+      /* which kernels ran: the plain form (one head a CTA, unsplit) takes the sm90 forward
+       * where the dispatcher allows it, the packed and split forms mma.sync */
+      const char *path = attn_cuda_last_fwd_path();
       const double rel = check_rows(&pb, &hin, o);
       const int ok = rel <= 2e-2;
       failed |= !ok;
@@ -301,9 +304,9 @@ int main(int argc, char **argv) {
       time_runs(&ra, warmup, reps, ev, &med, &mn);
       const double gbps = kv_bytes / (med * 1e-3) / 1e9;
       const char *name = form == 2 ? "paged" : form ? "planned" : "plain";
-      printf("%-6s%-3s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s\n", name, sfx,
+      printf("%-6s%-3s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s %s\n", name, sfx,
              (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.Skv, med, mn,
-             gbps, gbps / copy_read, pack, nsplit, ok ? "ok" : "FAIL");
+             gbps, gbps / copy_read, pack, nsplit, ok ? "ok" : "FAIL", path);
       if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);
       fflush(stdout);
       if (js)
@@ -311,11 +314,11 @@ int main(int argc, char **argv) {
                 "{\"impl\": \"%s%s\", \"mode\": \"decode\", \"pass\": \"fwd\", \"dtype\": \"bf16\", "
                 "\"hd\": %d, \"B\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"Sq\": %lld, \"Skv\": %lld, "
                 "\"causal\": 1, \"ms_median\": %.5f, \"ms_min\": %.5f, \"kv_gbps\": %.1f, "
-                "\"copy_read_gbps\": %.1f, \"pack\": %d, \"nsplit\": %d, \"check\": \"%s\", "
+                "\"copy_read_gbps\": %.1f, \"pack\": %d, \"nsplit\": %d, \"path\": \"%s\", \"check\": \"%s\", "
                 "\"check_rel_err\": %.3e, \"device\": \"%s\", \"git\": \"%s\", \"date\": \"%s\"}\n",
                 form == 2 ? "attnrun-paged16" : form ? "attnrun" : "attnrun-plain", sfx, HD, (long long)sh.B, (long long)sh.Hq,
                 (long long)sh.Hkv, (long long)sq, (long long)sh.Skv, med, mn, gbps, copy_read,
-                pack, nsplit, ok ? "ok" : "fail", rel, prop.name, BENCH_GIT_SHA, date);
+                pack, nsplit, path, ok ? "ok" : "fail", rel, prop.name, BENCH_GIT_SHA, date);
       if (ws) CHECK_CUDA(cudaFree(ws));
     }
     attn_cuda_set_decode(-1, -1);

@@ -210,7 +210,9 @@ def decode_table(recs):
             x = r.get(name)
             return x.get("ms_median") if x and "ms_median" in x else None
 
-        cells = [f"{ms(i):.4f}" + ("*" if r[i].get("gqa_expanded") else "") if ms(i) is not None
+        # (a form that ran the sm90 kernel says so: the plain form does on sm_90)
+        cells = [f"{ms(i):.4f}" + ("*" if r[i].get("gqa_expanded") else "")
+                 + (" sm90" if r[i].get("path") == "sm90" else "") if ms(i) is not None
                  else ("error" if i in r else "-") for i in impls]
         ours, a = ms("attnrun"), r.get("attnrun", {})
         best = min([t for t in (ms(i) for i in impls[ours_n:]) if t is not None], default=None)
@@ -403,7 +405,8 @@ def compare(args):
         dev = next((r.get("device") for r in dec if r.get("device")), dev)
         text += (f"\nDecode steps, bf16, head dim 128, median ms of timed runs, on {dev} (GB/s: K+V "
                  "bytes read / time; vs copy: over a device copy's read rate of the same bytes; "
-                 "*: the backend took no GQA, K and V expanded to Hq heads).\n\n"
+                 "*: the backend took no GQA, K and V expanded to Hq heads; sm90: that form ran the Hopper "
+                 "kernel, not mma.sync).\n\n"
                  + "\n".join(decode_table(dec)) + "\n")
     if any("ablate" in r for r in abl):
         text += ("\nThe sm90 backward with stages left out (ATTN_SM90_ABLATE, kernels/cuda/bwd_sm90_body.cuh "

@@ -411,39 +411,48 @@ fi
 # Hardware counters of the kernels furthest from their targets (ncu, --clock-control none as
 # the device notes ask; one launch each, d=128 bf16 N=8K non-causal, the bench's validating
 # call): the mma.sync forward (0.17x cuDNN on 2026-12-04), the sm90 backward (0.36x) and the
-# mma.sync dK/dV kernel. Reports in ncu-<name>.txt and the log.
+# mma.sync dK/dV kernel; and the decode plan's mma.sync forward (B=1, 32 query heads on 8 KV
+# heads, 128K keys: 4 heads packed a CTA, 15 splits, one busy warp of 8 a CTA; its key tiles
+# took 6.6 us on 2026-12-04, as long as a dense tile's; the exact kernel name skips the plain
+# form, which runs the sm90 kernel on sm_90). Reports in ncu-<name>.txt.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-profile() { # profile NAME KERNEL BENCH-ARGS...
+DECODE_BIN="$BUILD/bench/gpu/bench_cuda_decode"
+# the profiled runs: NAME KERNEL PROGRAM ARGS... (word-split: no spaces inside an argument)
+NCU_BENCH="$BENCH_BIN --n 8192 --hd 128 --reps 1 --warmup 0"
+NCU_SPECS=("mma-fwd flash_fwd_hd128_bf16 $NCU_BENCH --path mma --no-bwd"
+  "sm90-bwd flash_bwd_hd128_bf16_sm90 $NCU_BENCH --path sm90"
+  "mma-dkdv flash_dkdv_hd128_bf16 $NCU_BENCH --path mma"
+  "decode-gqa flash_fwd_hd128_bf16_causal $DECODE_BIN --shapes 1/32/8/131072 --reps 1 --warmup 0")
+profile() { # profile NAME KERNEL PROGRAM ARGS...
   local name=$1 kernel=$2
   shift 2
   "$NCU" --clock-control none -k "$kernel" -c 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-    "$BENCH_BIN" --n 8192 --hd 128 --reps 1 --warmup 0 "$@" 2>&1 | tee "$DEST/ncu-$name.txt"
+    "$@" 2>&1 | tee "$DEST/ncu-$name.txt"
   return "${PIPESTATUS[0]}"
 }
 if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
-  for spec in "mma-fwd flash_fwd_hd128_bf16 --path mma --no-bwd" \
-    "sm90-bwd flash_bwd_hd128_bf16_sm90 --path sm90" "mma-dkdv flash_dkdv_hd128_bf16 --path mma"; do
+  for spec in "${NCU_SPECS[@]}"; do
     read -r pname pkernel _ <<<"$spec"
     STAGE_NOTE="ncu: $pkernel (ncu-$pname.txt)"
-    stage "ncu-$pname" 60 bash -c "$(declare -f profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' profile $spec"
+    stage "ncu-$pname" 60 bash -c "$(declare -f profile); NCU='$NCU' DEST='$DEST' profile $spec"
   done
   # Where in a kernel the warps stall: the PC-sampling source counters into a report
   # (ncu-NAME-source.ncu-rep), then, if this ncu can print it, its SASS page with
   # per-instruction samples (ncu-NAME-source.csv); the report comes back either way.
-  source_profile() { # source_profile NAME KERNEL BENCH-ARGS...
+  source_profile() { # source_profile NAME KERNEL PROGRAM ARGS...
     local name=$1 kernel=$2
     shift 2
     "$NCU" --clock-control none -k "$kernel" -c 1 --section SourceCounters --section WarpStateStats \
-      -f -o "$DEST/ncu-$name-source" "$BENCH_BIN" --n 8192 --hd 128 --reps 1 --warmup 0 "$@" >/dev/null &&
+      -f -o "$DEST/ncu-$name-source" "$@" >/dev/null &&
       { "$NCU" --import "$DEST/ncu-$name-source.ncu-rep" --page source --print-source sass --csv \
         >"$DEST/ncu-$name-source.csv" || echo "this ncu did not print the source page"; }
   }
-  for spec in "mma-fwd flash_fwd_hd128_bf16 --path mma --no-bwd" "sm90-bwd flash_bwd_hd128_bf16_sm90 --path sm90"; do
+  for spec in "${NCU_SPECS[0]}" "${NCU_SPECS[1]}" "${NCU_SPECS[3]}"; do
     read -r pname pkernel _ <<<"$spec"
     STAGE_NOTE="ncu: $pkernel source counters (ncu-$pname-source.*)"
-    stage "ncu-$pname-source" 60 bash -c "$(declare -f source_profile); NCU='$NCU' BENCH_BIN='$BENCH_BIN' DEST='$DEST' source_profile $spec"
+    stage "ncu-$pname-source" 60 bash -c "$(declare -f source_profile); NCU='$NCU' DEST='$DEST' source_profile $spec"
   done
 else
   [ -n "$ONLY" ] || S_NAME+=("ncu") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("no ncu on PATH or no bench binary")

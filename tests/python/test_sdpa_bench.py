@@ -156,7 +156,7 @@ def compare_decode(tmp):
             "Skv": 32768, "device": "Test GPU"}
     recs = [dict(base, impl="attnrun", ms_median=0.05, kv_gbps=2700.0, copy_read_gbps=3000.0,
                  pack=4, nsplit=29, check="ok"),
-            dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, check="ok"),
+            dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, path="sm90", check="ok"),
             dict(base, impl="attnrun-paged16", ms_median=0.055, pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-4s", ms_median=0.045, pack=4, nsplit=29, check="ok"),
             dict(base, impl="torch-flash", ms_median=0.06),
@@ -174,9 +174,9 @@ def compare_decode(tmp):
     text = open(md).read()
     d = decode_rows(text)
     row = d.get(("1", "32", "8", "1", "32768"))
-    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000, paged 0.0550, 4-stage 0.0450, "
+    check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000 on sm90, paged 0.0550, 4-stage 0.0450, "
           "cuDNN error, best torch 0.06/0.05",
-          row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000"
+          row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000 sm90"
           and row[3] == "0.0550" and row[4] == "0.0450" and row[7] == "error" and row[9] == "1.20"
           and row[10] == "2700" and row[11] == "0.90" and row[12] == "ok")
     other = d.get(("8", "32", "8", "1", "32768"))
