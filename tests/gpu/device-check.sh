@@ -453,7 +453,7 @@ if [ -n "$NCU" ] && [ -x "$BENCH_BIN" ]; then
       { "$NCU" --import "$DEST/ncu-$name-source.ncu-rep" --page source --print-source sass --csv \
         >"$DEST/ncu-$name-source.csv" || echo "this ncu did not print the source page"; }
   }
-  for spec in "${NCU_SPECS[0]}" "${NCU_SPECS[1]}" "${NCU_SPECS[3]}"; do
+  for spec in "${NCU_SPECS[0]}" "${NCU_SPECS[1]}" "${NCU_SPECS[3]}" "${NCU_SPECS[4]}"; do
     read -r pname pkernel _ <<<"$spec"
     STAGE_NOTE="ncu: $pkernel source counters (ncu-$pname-source.*)"
     stage "ncu-$pname-source" 60 bash -c "$(declare -f source_profile); NCU='$NCU' DEST='$DEST' source_profile $spec"
