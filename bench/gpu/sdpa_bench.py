@@ -189,11 +189,17 @@ def decode(args):
     return 0
 
 
-def decode_table(recs):
-    """The markdown lines of the decode records: per shape, ms of each impl, best torch / ours."""
+def decode_by_shape(recs):
+    """{(B, Hq, Hkv, Sq, Skv): {impl: record}} of the decode records."""
     rows = {}
     for r in recs:
         rows.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r
+    return rows
+
+
+def decode_table(recs):
+    """The markdown lines of the decode records: per shape, ms of each impl, best torch / ours."""
+    rows = decode_by_shape(recs)
     # attnrun-4s: the planned form on the mma.sync kernel with a 4-buffer K/V ring
     # (ATTN_CUDA_FWD_STAGES=4, bench_cuda_decode's "-4s" records)
     ours_n = 4
@@ -303,10 +309,8 @@ def summary_lines(rows, dec):
               if p_ == pas and r.get(impl, {}).get("ms_median") and r.get(base, {}).get("ms_median")]
         if xs:
             vlines.append(f"| {pas} | {impl} | {base} | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
-    by = {}
-    for r in dec:
-        by.setdefault((r["B"], r["Hq"], r["Hkv"], r["Sq"], r["Skv"]), {})[r["impl"]] = r.get("ms_median")
-    xs = [d["attnrun"] / d["attnrun-4s"] for d in by.values() if d.get("attnrun") and d.get("attnrun-4s")]
+    ms = [{i: x.get("ms_median") for i, x in d.items()} for d in decode_by_shape(dec).values()]
+    xs = [d["attnrun"] / d["attnrun-4s"] for d in ms if d.get("attnrun") and d.get("attnrun-4s")]
     if xs:
         vlines.append(f"| decode | attnrun-4s | attnrun | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
     out = []

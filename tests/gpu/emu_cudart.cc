@@ -290,23 +290,13 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
-  if (!bytes) return cudaSuccess;
-  if (!in_arena(dst) || !inside_alloc(dst, bytes)) {
-    fprintf(stderr, "emu cudart: cudaMemset of %zu bytes outside a device allocation\n", bytes);
-    return cudaErrorInvalidValue;
-  }
-  device_scope open;
-  memset(dst, value, bytes);
-  return cudaSuccess;
-}
-
+/* Queued on a non-blocking stream like a copy; on the default or a blocking stream it runs
+ * now (enqueue), which is cudaMemset. */
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) {
-  if (!s) return cudaMemset(dst, value, bytes);
-  if (!s->live) return cudaErrorInvalidResourceHandle;
+  if (s && !s->live) return cudaErrorInvalidResourceHandle;
   if (!bytes) return cudaSuccess;
   if (!in_arena(dst) || !inside_alloc(dst, bytes)) { /* checked when queued */
-    fprintf(stderr, "emu cudart: cudaMemsetAsync of %zu bytes outside a device allocation\n", bytes);
+    fprintf(stderr, "emu cudart: cudaMemset of %zu bytes outside a device allocation\n", bytes);
     return cudaErrorInvalidValue;
   }
   enqueue(s, [=]() {
@@ -315,6 +305,8 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) 
   });
   return cudaSuccess;
 }
+
+cudaError_t cudaMemset(void *dst, int value, size_t bytes) { return cudaMemsetAsync(dst, value, bytes, nullptr); }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
