@@ -10,7 +10,8 @@
  * per second: 1.0 reads the cache as fast as the copy does). sdpa_bench.py decode times
  * torch's SDPA on the same shapes; its compare prints both. Records of a run whose forwards
  * took the mma.sync kernel with the 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4; what
- * attn_cuda_last_fwd_form says ran) have "-4s" after their impl names.
+ * attn_cuda_last_fwd_form says ran) have "-4s" after their impl names, and of one whose
+ * forwards took the key-split decode kernel (ATTN_CUDA_FWD_KSPLIT=1) "-ks".
  *
  * Each shape is validated first (4 sampled rows of O against the float64 oracle), then
  * warmed up, then timed with CUDA events: median and min of --reps runs.
@@ -293,7 +294,8 @@ int main(int argc, char **argv) {
       CHECK_CUDA(cudaStreamSynchronize(stream));
       int pack, nsplit;
       attn_cuda_last_fwd_plan(&pack, &nsplit);
-      const char *sfx = !strcmp(attn_cuda_last_fwd_form(), "4s") ? "-4s" : "";
+      const char *form_ran = attn_cuda_last_fwd_form();
+      const char *sfx = !strcmp(form_ran, "4s") ? "-4s" : !strcmp(form_ran, "ks") ? "-ks" : "";
       /* which kernels ran: the plain form (one head a CTA, unsplit) takes the sm90 forward
        * where the dispatcher allows it, the packed and split forms mma.sync */
       const char *path = attn_cuda_last_fwd_path();

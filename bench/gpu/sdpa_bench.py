@@ -201,11 +201,13 @@ def decode_table(recs):
     """The markdown lines of the decode records: per shape, ms of each impl, best torch / ours."""
     rows = decode_by_shape(recs)
     # attnrun-4s: the planned form on the mma.sync kernel with a 4-buffer K/V ring
-    # (ATTN_CUDA_FWD_STAGES=4, bench_cuda_decode's "-4s" records)
-    ours_n = 4
-    impls = ["attnrun", "attnrun-plain", "attnrun-paged16", "attnrun-4s"] + ["torch-" + b for b in DECODE_BACKENDS]
+    # (ATTN_CUDA_FWD_STAGES=4, bench_cuda_decode's "-4s" records); attnrun-ks: on the
+    # key-split decode kernel (ATTN_CUDA_FWD_KSPLIT=1, "-ks")
+    ours_n = 5
+    impls = (["attnrun", "attnrun-plain", "attnrun-paged16", "attnrun-4s", "attnrun-ks"]
+             + ["torch-" + b for b in DECODE_BACKENDS])
     lines = ["| B | Hq | Hkv | Sq | Skv | attnrun ms | pack x splits | attnrun plain ms | "
-             + "attnrun paged16 ms | attnrun 4-stage ms | "
+             + "attnrun paged16 ms | attnrun 4-stage ms | attnrun key-split ms | "
              + " | ".join(i.replace("torch-", "torch ") + " ms" for i in impls[ours_n:])
              + " | best torch / attnrun | attnrun GB/s | vs copy | check |",
              "|" + "---|" * (len(impls) + 10)]
@@ -289,7 +291,8 @@ def summary_lines(rows, dec):
     """Two tables at a glance: the issue's targets (worst and geometric mean of ours / best
     torch over d = 128, N >= 8K, causal and not) and each experiment's speed-up over the
     kernel it would replace (that kernel's median time over the experiment's: geometric mean,
-    min, max over every shape both ran; decode: the 4-stage ring's steps)."""
+    min, max over every shape both ran; decode: the 4-stage ring's and the key-split
+    kernel's steps against the planned form's)."""
     lines = ["| pass | kernel | shapes | worst / best torch | geomean / best torch | target | met |",
              "|---|---|---|---|---|---|---|"]
     for pas, impl, label, target in TARGETS:
@@ -310,9 +313,10 @@ def summary_lines(rows, dec):
         if xs:
             vlines.append(f"| {pas} | {impl} | {base} | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
     ms = [{i: x.get("ms_median") for i, x in d.items()} for d in decode_by_shape(dec).values()]
-    xs = [d["attnrun"] / d["attnrun-4s"] for d in ms if d.get("attnrun") and d.get("attnrun-4s")]
-    if xs:
-        vlines.append(f"| decode | attnrun-4s | attnrun | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+    for impl in ("attnrun-4s", "attnrun-ks"):
+        xs = [d["attnrun"] / d[impl] for d in ms if d.get("attnrun") and d.get(impl)]
+        if xs:
+            vlines.append(f"| decode | {impl} | attnrun | {len(xs)} | {geomean(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
     out = []
     if len(lines) > 2:
         out += ["", "Targets (bf16, d = 128, N >= 8K, causal and not): ours / the best torch backend.", ""] + lines

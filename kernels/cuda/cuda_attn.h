@@ -140,7 +140,8 @@ const char *attn_cuda_fwd_path(const attn_cuda_problem *p);
 const char *attn_cuda_last_fwd_path(void);
 /* Which mma.sync forward kernel (instance.h FA_FWD_FORM_*) that call ran: "8w" (the
  * default), "4w" (ATTN_CUDA_FWD_WARPS=4), "2cta" (ATTN_CUDA_FWD_CTAS=2), "4x32"
- * (ATTN_CUDA_FWD_WARP_ROWS=32), "4s" (ATTN_CUDA_FWD_STAGES=4), "ab" (the ablation kernel,
+ * (ATTN_CUDA_FWD_WARP_ROWS=32), "4s" (ATTN_CUDA_FWD_STAGES=4), "ks" (the key-split decode
+ * kernel, ATTN_CUDA_FWD_KSPLIT=1, at most 16 rows a KV head), "ab" (the ablation kernel,
  * ATTN_MMA_ABLATE), or "none" when the sm90 kernel ran it. The forms
  * apply only where they are built (see instance.h), so tests and benchmarks read this rather
  * than the variable they set. */

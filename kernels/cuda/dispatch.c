@@ -153,7 +153,30 @@ static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, 
   return NULL;
 }
 
+/* The mma.sync forward kernel the environment asks for (instance.h FA_FWD_FORM_*; the
+ * first of these variables set wins), where it applies. */
+static int fwd_form_asked(void) {
+  return ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4         ? FA_FWD_FORM_4W
+         : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2        ? FA_FWD_FORM_2CTA
+         : ATTN_PARAM("CUDA_FWD_WARP_ROWS", 16) == 32 ? FA_FWD_FORM_4X32
+         : ATTN_PARAM("CUDA_FWD_STAGES", 2) == 4      ? FA_FWD_FORM_4S
+         : ATTN_PARAM("CUDA_FWD_KSPLIT", 0) == 1      ? FA_FWD_FORM_KS
+                                                      : FA_FWD_FORM_8W;
+}
+
+/* The key-split decode kernel (fwd_body.cuh) is asked for and fits p: at most
+ * FA_FWD_KS_ROWS rows a KV head, not varlen. Such a problem runs it, on Hopper too (the
+ * sm90 forward's 128-row tile would compute on one of them). */
+static int ksplit_fits(const attn_cuda_problem *p) {
+  return fwd_form_asked() == FA_FWD_FORM_KS && p->dtype != ATTN_F32 && p->Hkv >= 1 &&
+         p->Hq % p->Hkv == 0 && !p->num_seqs && p->sq * (p->Hq / p->Hkv) <= FA_FWD_KS_ROWS;
+}
+
 static fa_launcher hopper_fwd(const attn_cuda_problem *p, const char **why) {
+  if (ksplit_fits(p)) {
+    *why = "ATTN_CUDA_FWD_KSPLIT=1: the key-split decode kernel";
+    return NULL;
+  }
   return hopper_pick(sm90_fwd, p, why);
 }
 
@@ -247,7 +270,8 @@ static int plan_splits(const attn_cuda_problem *p, int pack) {
   const int64_t ktiles = ceil_div(per_seq(p, p->skv), FA_FWD_BN(p->Dqk, p->Dv));
   const int64_t most = ktiles < FA_MAX_SPLITS ? ktiles : FA_MAX_SPLITS;
   if (mode > 0) return (int)(mode < most ? mode : most);
-  const int64_t ctas = query_ctas(p, pack), slots = attn_cuda__device_sms();
+  /* CTA slots: one an SM, two of the key-split kernel */
+  const int64_t ctas = query_ctas(p, pack), slots = attn_cuda__device_sms() * (ksplit_fits(p) ? 2 : 1);
   if (slots <= 0 || (double)ctas >= 0.8 * (double)slots) return 1;
   const int64_t cap = ktiles / 4 < most ? ktiles / 4 : most;
   double best = 0.0;
@@ -485,11 +509,7 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   const int aligned = ws && (uintptr_t)ws % 16 == 0;
   c->pack = pl.pack;
   c->nsplit = 1;
-  c->fwd_form = ATTN_PARAM("CUDA_FWD_WARPS", 8) == 4       ? FA_FWD_FORM_4W
-                : ATTN_PARAM("CUDA_FWD_CTAS", 1) == 2      ? FA_FWD_FORM_2CTA
-                : ATTN_PARAM("CUDA_FWD_WARP_ROWS", 16) == 32 ? FA_FWD_FORM_4X32
-                : ATTN_PARAM("CUDA_FWD_STAGES", 2) == 4      ? FA_FWD_FORM_4S
-                                                          : FA_FWD_FORM_8W;
+  c->fwd_form = fwd_form_asked();
   c->form_ran = &fwd_form_ran;
   c->bwd_stages = ATTN_PARAM("CUDA_BWD_STAGES", 2) == FA_BWD_4S_STAGES ? FA_BWD_4S_STAGES : 2;
   c->bwd_stages_ran = &bwd_stages_ran;
@@ -603,7 +623,8 @@ const char *attn_cuda_last_fwd_path(void) { return fwd_choice.used; }
 const char *attn_cuda_last_fwd_form(void) {
   static const char *const names[] = {[FA_FWD_FORM_8W] = "8w", [FA_FWD_FORM_4W] = "4w",
                                       [FA_FWD_FORM_2CTA] = "2cta", [FA_FWD_FORM_AB] = "ab",
-                                      [FA_FWD_FORM_4X32] = "4x32", [FA_FWD_FORM_4S] = "4s"};
+                                      [FA_FWD_FORM_4X32] = "4x32", [FA_FWD_FORM_4S] = "4s",
+                                      [FA_FWD_FORM_KS] = "ks"};
   return fwd_form_ran >= 0 ? names[fwd_form_ran] : "none";
 }
 

@@ -58,6 +58,21 @@
 #define F_NAME FA_FN(flash_fwd4s_)
 #define F_KERNEL_DECL FA_KERNEL(32 * FA_FWD_WARPS)
 #include "fwd_kernel.cuh"
+/* The key-split decode kernel (traits.h FA_FWD_KS_*), ATTN_CUDA_FWD_KSPLIT=1: 16 rows, the
+ * warps splitting each key tile, a 3-buffer K/V ring, two CTAs an SM; every decode form. */
+#define F_WARPS FA_FWD_KS_WARPS(DQK, DV)
+#define F_MS 1
+#define F_BN FA_FWD_BN(DQK, DV)
+#define F_Q_IN_REGS FA_FWD_Q_IN_REGS(DQK)
+#define F_DECODE 1
+#define F_LOAD_ALL 1
+#define F_ABLATE 0
+#define F_ROW_TABLE 0
+#define F_STAGES FA_FWD_KS_STAGES
+#define F_KSPLIT 1
+#define F_NAME FA_FN(flash_fwdks_)
+#define F_KERNEL_DECL FA_KERNEL_MIN(32 * FA_FWD_KS_WARPS(DQK, DV), 2)
+#include "fwd_kernel.cuh"
 #if FA_FWD_W4(DQK, DV)
 /* The 4-warp kernel (64 rows, two CTAs an SM: one CTA's softmax overlaps the other's
  * mma), ATTN_CUDA_FWD_WARPS=4, without the decode forms (pack, split). */
@@ -175,10 +190,19 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     return e;
   }
 #endif
-  e = fa_query_grid(&p, c, FA_FWD_BM / p.pack, &grid_x);
+  /* the key-split kernel where a KV head's rows fit its m-tile (all positions one tile) */
+  const int ks = c->fwd_form == FA_FWD_FORM_KS && !pb->num_seqs &&
+                 pb->sq * (pb->Hq / pb->Hkv) <= FA_FWD_KS_ROWS;
+  e = fa_query_grid(&p, c, (ks ? FA_FWD_KS_ROWS : FA_FWD_BM) / p.pack, &grid_x);
   if (e) return e;
   const dim3 grid((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B);
-  if (c->fwd_form == FA_FWD_FORM_4S) {
+  if (ks) {
+    *c->form_ran = FA_FWD_FORM_KS;
+    FA_LAUNCH_SMEM(e, FA_FN(flash_fwdks_), grid, dim3(32 * FA_FWD_KS_WARPS(DQK, DV)),
+                   F_SMEM_BYTES_ST(FA_FWD_KS_ROWS, FA_FWD_BN(DQK, DV), FA_FWD_KS_STAGES) +
+                       FA_FWD_KS_STAGES * sizeof(fa_ktile),
+                   c->stream, p);
+  } else if (c->fwd_form == FA_FWD_FORM_4S) {
     *c->form_ran = FA_FWD_FORM_4S;
     FA_LAUNCH_SMEM(e, FA_FN(flash_fwd4s_), grid, dim3(32 * FA_FWD_WARPS),
                    F_SMEM_BYTES_ST(FA_FWD_BM, FA_FWD_BN(DQK, DV), FA_FWD_4S_STAGES) +

@@ -7,10 +7,19 @@
  * from a table in shared memory where a tile needs them iff F_ROW_TABLE (else they stay in
  * registers: two m-tiles' 26 would not fit beside O), F_STAGES K/V buffers (a ring: tile it
  * in buffer it % F_STAGES, F_STAGES - 1 tiles in flight while one is computed; past 2 the
- * buffers' tile descriptors wait in shared memory), named F_NAME, declared by
- * F_KERNEL_DECL (all undefined again at the end). */
+ * buffers' tile descriptors wait in shared memory), the warps splitting each key tile iff
+ * F_KSPLIT (the decode kernel: one 16-row m-tile a CTA, warp w computing keys
+ * [w F_KW, (w + 1) F_KW) of every tile with an online-softmax state of its own, the states
+ * merged across the warps after the last tile; 0 where not defined), named F_NAME, declared
+ * by F_KERNEL_DECL (all undefined again at the end). */
+#ifndef F_KSPLIT
+#define F_KSPLIT 0
+#endif
 #define F_THREADS (32 * F_WARPS)
-#define F_BM (16 * F_WARPS * F_MS)
+#define F_BM (F_KSPLIT ? 16 : 16 * F_WARPS * F_MS)
+#define F_KW (F_KSPLIT ? F_BN / F_WARPS : F_BN) /* keys of a tile one warp computes */
+static_assert(!F_KSPLIT || (F_MS == 1 && F_KW == 16 && F_BN == 16 * F_WARPS),
+              "the key-split kernel: one m-tile, 16 keys a warp");
 F_KERNEL_DECL F_NAME(const fa_params p) {
   FA_SMEM(smem);
   fa_elem *sQ = (fa_elem *)smem;     /* [F_BM][SQK] */
@@ -45,7 +54,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
   fa_qrows q[F_MS];
   FA_UNROLL
   for (int ms = 0; ms < F_MS; ms++) {
-    wr0[ms] = 16 * (warp * F_MS + ms);
+    wr0[ms] = F_KSPLIT ? 0 : 16 * (warp * F_MS + ms); /* key split: every warp all 16 rows */
     fa_qrows_init(p, FA_CAUSAL, s, R0, npos, pack, wr0[ms], lane, q[ms]);
   }
   if (nsplit > 1) fa_split_keys(nsplit, split, F_BN, q[0].kc0, q[0].kc1);
@@ -106,7 +115,8 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
       FA_UNROLL
       for (int e = 0; e < 4; e++) acc[ms][n][e] = 0.0f;
   }
-  if (p.block_mode && nsplit == 1) { /* a split starts empty: the combine adds the state */
+  /* a split starts empty: the combine adds the state; split keys: warp 0 carries it */
+  if (p.block_mode && nsplit == 1 && (!F_KSPLIT || warp == 0)) {
     FA_UNROLL
     for (int ms = 0; ms < F_MS; ms++)
       FA_UNROLL
@@ -162,23 +172,33 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
     /* each m-tile's share of the tile (fa_qwarp_mode); the warp computes if any has one,
      * and an idle m-tile beside a busy one is masked whole (every row's range excludes the
      * tile, or the block mask does) */
+    /* the warp's keys of the tile, [wt.ca, wt.cb): all of them, or (F_KSPLIT) its F_KW,
+     * rows warp * F_KW.. of the buffers (none past the tile's end) */
+    fa_ktile wt = cur;
+    if (F_KSPLIT) {
+      wt.ca = cur.ca + warp * F_KW;
+      wt.cb = fa_min(cur.cb, wt.ca + F_KW);
+    }
     int mode[F_MS], any = 0;
     FA_UNROLL
     for (int ms = 0; ms < F_MS; ms++) { /* a tile full for the CTA is for every m-tile */
       fa_qrows qt;
       mode[ms] = F_MS > 1 && cur.full ? 1
-                                      : fa_qwarp_mode(p, s, F_QROWS(ms, qt), R0, pack, wr0[ms], cur, F_BN);
+                 : F_KSPLIT && wt.ca >= wt.cb
+                     ? 0
+                     : fa_qwarp_mode(p, s, F_QROWS(ms, qt), R0, pack, wr0[ms], wt, F_KW);
       any |= mode[ms];
     }
     if (any) {
-      const int ca = cur.ca, cb = cur.cb;
+      const int ca = wt.ca, cb = wt.cb;
       const int buf = F_BUF(it);
-      const fa_elem *kb = sK + buf * F_BN * SQK, *vb = sV + buf * F_BN * SV;
-      float S[F_MS][F_BN / 8][4];
+      const fa_elem *kb = sK + buf * F_BN * SQK + (F_KSPLIT ? warp * F_KW * SQK : 0),
+                    *vb = sV + buf * F_BN * SV + (F_KSPLIT ? warp * F_KW * SV : 0);
+      float S[F_MS][F_KW / 8][4];
       FA_UNROLL
       for (int ms = 0; ms < F_MS; ms++)
         FA_UNROLL
-        for (int n = 0; n < F_BN / 8; n++)
+        for (int n = 0; n < F_KW / 8; n++)
           FA_UNROLL
           for (int e = 0; e < 4; e++) S[ms][n][e] = 0.0f;
       if (!(ab & FA_AB_QK)) { /* S = Q K^T */
@@ -193,7 +213,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
           FA_UNROLL
           for (int ms = 0; ms < F_MS; ms++) F_LOAD_Q(qa[ms], kk, ms);
 #endif
-          FA_MMA_ABT_M(S, qa, F_MS, FA_EACH, F_BN, kb, SQK, kk);
+          FA_MMA_ABT_M(S, qa, F_MS, FA_EACH, F_KW, kb, SQK, kk);
         }
       }
       /* Scores to log2 units (softcap / ALiBi only where set: otherwise the scale goes
@@ -208,14 +228,14 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
             const fa_qrows &qs = F_QROWS(ms, qt);
             const float alibi2[2] = {sAlibi[wr0[ms] + g], sAlibi[wr0[ms] + g + 8]};
             const int base[2] = {qs.ipos[0] - ca, qs.ipos[1] - ca};
-            fa_score_tile<F_BN / 2>(p, Sf, alibi2, base, tg);
+            fa_score_tile<F_KW / 2>(p, Sf, alibi2, base, tg);
             sc = 1.0f;
           }
           if (F_MS == 1 ? mode[ms] == 2 : mode[ms] != 1) {
             fa_qrows qt;
-            fa_mask_tile<F_BN / 2>(p, s, F_QROWS(ms, qt), ca, cb, tg, Sf);
+            fa_mask_tile<F_KW / 2>(p, s, F_QROWS(ms, qt), ca, cb, tg, Sf);
           }
-          fa_exp_rows<F_BN / 2, 1>(Sf, sc, m[ms], l[ms], alpha);
+          fa_exp_rows<F_KW / 2, 1>(Sf, sc, m[ms], l[ms], alpha);
           FA_UNROLL
           for (int n = 0; n < DV / 8; n++)
             FA_UNROLL
@@ -223,7 +243,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
         }
       }
       /* O += P V: P from the score registers (C layout == A layout), V by ldmatrix.trans. */
-      if (!(ab & FA_AB_PV)) FA_MMA_SCORES_SMEM_M(acc, S, F_MS, FA_EACH, F_BN, DV, vb, SV);
+      if (!(ab & FA_AB_PV)) FA_MMA_SCORES_SMEM_M(acc, S, F_MS, FA_EACH, F_KW, DV, vb, SV);
     }
     if (F_STAGES == 2) {
       cur = nxt;
@@ -234,6 +254,55 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_BUF
 #undef F_LOAD_Q
 #undef F_QROWS
+#if F_KSPLIT
+  /* The warps' states merged into warp 0's, in warp order (repeatable): M = max m_w, and
+   * l, acc = sum over w of 2^(m_w - M) (l_w, acc_w) (0 for a warp that saw nothing of the
+   * row). Every warp is past the last tile (the loop ends after a barrier) and no load is
+   * in flight, so the K/V buffers hold the exchange: sMax [F_WARPS][16] the warps' row
+   * maxima; sPart [F_WARPS - 1][2 + DV / 2][32] warps 1..'s l shares and O fragments, one
+   * float a lane (lane-contiguous: no bank conflicts). */
+  fa_cp_wait_all();
+  float *sMax = (float *)sK, *sPart = sMax + F_WARPS * 16;
+  if (tg == 0) {
+    sMax[warp * 16 + g] = m[0][0];
+    sMax[warp * 16 + g + 8] = m[0][1];
+  }
+  if (warp > 0) {
+    float *w_ = sPart + (warp - 1) * (2 + DV / 2) * 32 + lane;
+    w_[0] = l[0][0];
+    w_[32] = l[0][1];
+    FA_UNROLL
+    for (int n = 0; n < DV / 8; n++)
+      FA_UNROLL
+      for (int e = 0; e < 4; e++) w_[(2 + 4 * n + e) * 32] = acc[0][n][e];
+  }
+  FA_SYNC();
+  if (warp > 0) return; /* warp 0 writes the rows (no barrier follows) */
+  FA_UNROLL
+  for (int i = 0; i < 2; i++) {
+    float top = -INFINITY;
+    FA_UNROLL
+    for (int w = 0; w < F_WARPS; w++) top = fmaxf(top, sMax[w * 16 + g + 8 * i]);
+    const float f0 = top == -INFINITY ? 0.0f : exp2f(m[0][i] - top);
+    l[0][i] *= f0;
+    FA_UNROLL
+    for (int n = 0; n < DV / 8; n++)
+      FA_UNROLL
+      for (int e = 2 * i; e < 2 * i + 2; e++) acc[0][n][e] *= f0;
+    FA_UNROLL
+    for (int w = 1; w < F_WARPS; w++) {
+      const float mw = sMax[w * 16 + g + 8 * i];
+      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - top);
+      const float *r_ = sPart + (w - 1) * (2 + DV / 2) * 32 + lane;
+      l[0][i] += f * r_[32 * i];
+      FA_UNROLL
+      for (int n = 0; n < DV / 8; n++)
+        FA_UNROLL
+        for (int e = 2 * i; e < 2 * i + 2; e++) acc[0][n][e] += f * r_[(2 + 4 * n + e) * 32];
+    }
+    m[0][i] = top;
+  }
+#endif
 
   FA_UNROLL
   for (int ms = 0; ms < F_MS; ms++)
@@ -281,5 +350,7 @@ F_KERNEL_DECL F_NAME(const fa_params p) {
 #undef F_ABLATE
 #undef F_ROW_TABLE
 #undef F_STAGES
+#undef F_KSPLIT
+#undef F_KW
 #undef F_NAME
 #undef F_KERNEL_DECL

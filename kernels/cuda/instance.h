@@ -41,7 +41,9 @@ typedef struct {
  * default, and every decode form); 4 warps, two CTAs an SM (ATTN_CUDA_FWD_WARPS=4); 8 warps,
  * two CTAs an SM (ATTN_CUDA_FWD_CTAS=2); 4 warps of 32 rows, two CTAs an SM
  * (ATTN_CUDA_FWD_WARP_ROWS=32) — these three: head dims up to 128, no pack, no split; and
- * the 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4), every form.
+ * the 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4), every form; the
+ * key-split decode kernel (ATTN_CUDA_FWD_KSPLIT=1, traits.h FA_FWD_KS_*), where a KV head's
+ * rows fit one m-tile, every form but varlen.
  * And a timing experiment (ATTN_MMA_ABLATE=m, set at all: FA_FWD_FORM_AB): the 8-warp kernel
  * built once more with run-time switches that leave stages of its key-tile loop out, bits
  * FA_AB_* of m (0: nothing left out, the switches' own cost), for bf16 (128, 128) not
@@ -52,7 +54,8 @@ enum {
   FA_FWD_FORM_2CTA = 2,
   FA_FWD_FORM_AB = 3,
   FA_FWD_FORM_4X32 = 4,
-  FA_FWD_FORM_4S = 5
+  FA_FWD_FORM_4S = 5,
+  FA_FWD_FORM_KS = 6
 };
 enum {
   FA_AB_LOAD = 1,     /* K/V tiles after the first two are not loaded (the buffers are reused) */

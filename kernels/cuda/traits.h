@@ -99,6 +99,16 @@
  * (shared memory: 171 KiB at d = 128, 199 KiB at 256, 219 KiB at 192 x 128 — Hopper's 227
  * KiB; past sm_80's 163 KiB from d = 128 on, where its launch fails with CUDA's error). */
 #define FA_FWD_4S_STAGES 4
+/* A sixth, ATTN_CUDA_FWD_KSPLIT=1: the decode kernel, for problems of at most
+ * FA_FWD_KS_ROWS rows a KV head (Sq x group: a decode step's) without varlen. One 16-row
+ * m-tile a CTA (the 8-warp kernel's decode CTA computes on one warp of eight), whose
+ * FA_FWD_KS_WARPS warps split every key tile, 16 keys a warp, each warp with an online-
+ * softmax state of its own, merged across the warps after the last tile; a ring of
+ * FA_FWD_KS_STAGES K/V buffers (two tiles in flight) and two CTAs an SM (109 KiB of shared
+ * memory at d = 128): FlashDecoding's split of the keys inside the CTA. */
+#define FA_FWD_KS_ROWS 16
+#define FA_FWD_KS_WARPS(dqk, dv) (FA_FWD_BN(dqk, dv) / 16)
+#define FA_FWD_KS_STAGES 3
 /* and the backward's dK/dV kernel with 4 (Q, dO) step buffers, ATTN_CUDA_BWD_STAGES=4
  * (bwd_body.cuh flash_dkdv4s_; shared memory: 151 KiB at d = 128), built up to Dqk 192: at
  * 256 sm_80's ptxas spilled 8 B (one register more than the default kernel's 250) and its

@@ -49,6 +49,7 @@ run(ablate-0 "ATTN_SM90_ABLATE=0" --hd 128 --path sm90)
 run(ablate-62 "ATTN_SM90_ABLATE=62" --hd 128 --path sm90)
 run_decode(decode -)
 run_decode(decode-4s "ATTN_CUDA_FWD_STAGES=4")
+run_decode(decode-ks "ATTN_CUDA_FWD_KSPLIT=1")
 # (one SM here: the planner splits nothing, so a forced split runs the combine too)
 run_decode(decode-split "ATTN_CUDA_SPLITS=3")
 
@@ -74,7 +75,8 @@ foreach(want
     "| fwd | attnrun-mma4 | attnrun | 4 |" "| fwd | attnrun-mma2c | attnrun | 4 |"
     "| fwd | attnrun-mma4x32 | attnrun | 4 |" "| fwd | attnrun-mma4s | attnrun | 4 |"
     "| bwd | attnrun-mma4s | attnrun | 4 |" "| bwd | attnrun-sm90 | attnrun | 4 |"
-    "| bwd | attnrun-sm90-dqatomic | attnrun-sm90 | 4 |" "| decode | attnrun-4s | attnrun | 3 |")
+    "| bwd | attnrun-sm90-dqatomic | attnrun-sm90 | 4 |" "| decode | attnrun-4s | attnrun | 3 |"
+    "| decode | attnrun-ks | attnrun | 3 |")
   string(FIND "${text}" "${want}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "compare's tables lack '${want}'")
@@ -93,11 +95,11 @@ list(LENGTH rows n)
 if(NOT n EQUAL 4)
   message(FATAL_ERROR "expected 4 forward rows with the 8-warp, 4-warp and sm90 columns filled, got ${n}")
 endif()
-# decode rows: attnrun, plain, paged16 and 4-stage ms all filled, for each of the 3 shapes
-string(REGEX MATCHALL "\\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| 1 \\| [0-9]+ \\| [0-9.]+ \\| [0-9]+ x [0-9]+ \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\|"
+# decode rows: attnrun, plain, paged16, 4-stage and key-split ms all filled, for each of the 3 shapes
+string(REGEX MATCHALL "\\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| 1 \\| [0-9]+ \\| [0-9.]+ \\| [0-9]+ x [0-9]+ \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\|"
        rows "${text}")
 list(LENGTH rows n)
 if(NOT n EQUAL 3)
-  message(FATAL_ERROR "expected 3 decode rows with the planned, plain, paged16 and 4-stage times, got ${n}")
+  message(FATAL_ERROR "expected 3 decode rows with the planned, plain, paged16, 4-stage and key-split times, got ${n}")
 endif()
-message(STATUS "bench_emu: 14 bench runs and their comparison as the device check reads them")
+message(STATUS "bench_emu: 15 bench runs and their comparison as the device check reads them")

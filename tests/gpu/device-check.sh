@@ -361,6 +361,8 @@ STAGE_NOTE="decode: bf16 d=128, Sq=1, 7 shapes up to 256K cached tokens; planned
 stage bench-decode 60 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
 STAGE_NOTE="decode as above on the 8-warp kernel with a 4-buffer K/V ring (ATTN_CUDA_FWD_STAGES=4): \"-4s\" records"
 stage bench-decode-4s 60 env ATTN_CUDA_FWD_STAGES=4 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
+STAGE_NOTE="decode as above on the key-split decode kernel (ATTN_CUDA_FWD_KSPLIT=1: 16 rows, the warps split each key tile, plain form too): \"-ks\" records"
+stage bench-decode-ks 60 env ATTN_CUDA_FWD_KSPLIT=1 "$BUILD/bench/gpu/bench_cuda_decode" --json "$JSON"
 STAGE_NOTE="torch SDPA decode: flash, efficient, cuDNN"
 stage bench-torch-decode 60 env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="${ATTN_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$ROOT/bench/gpu/sdpa_bench.py" decode --json "$JSON"
 stage compare 30 python3 "$ROOT/bench/gpu/sdpa_bench.py" compare "$JSON" --md "$MD"

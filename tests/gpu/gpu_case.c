@@ -283,13 +283,13 @@ void gc_out_free(gc_out *o) {
 /* ---- which mma.sync forward kernel ran ------------------------------------------------
  * Every one-shot forward (gc_fwd) tallies attn_cuda_last_fwd_form(); a part run with
  * ATTN_MMA_ABLATE, ATTN_CUDA_FWD_WARPS=4, ATTN_CUDA_FWD_CTAS=2, ATTN_CUDA_FWD_WARP_ROWS=32 or
- * ATTN_CUDA_FWD_STAGES=4
+ * ATTN_CUDA_FWD_STAGES=4 or ATTN_CUDA_FWD_KSPLIT=1
  * (the precedence of dispatch.c's carve) fails unless one of its mma.sync forwards ran the
  * kernel so asked for:
  * a variable the dispatcher ignored would otherwise pass as the default kernel's test.
  * Likewise every backward (gc_bwd_views) tallies attn_cuda_last_bwd_form(), and a part run
  * with ATTN_CUDA_BWD_STAGES=4 fails unless one of its mma.sync backwards ran "4s". */
-static const char *const form_names[] = {"8w", "4w", "2cta", "4x32", "4s", "ab", "none"};
+static const char *const form_names[] = {"8w", "4w", "2cta", "4x32", "4s", "ks", "ab", "none"};
 enum { N_FORMS = (int)(sizeof form_names / sizeof form_names[0]) };
 static int form_runs[N_FORMS];
 static int bwd_runs[3]; /* the mma.sync dK/dV kernels: "2s", "4s", and "none" (sm90) */
@@ -318,6 +318,7 @@ static void run_and_check_forms(void) {
                       : env_is("ATTN_CUDA_FWD_CTAS", 2)  ? "2cta"
                       : env_is("ATTN_CUDA_FWD_WARP_ROWS", 32) ? "4x32"
                       : env_is("ATTN_CUDA_FWD_STAGES", 4) ? "4s"
+                      : env_is("ATTN_CUDA_FWD_KSPLIT", 1) ? "ks"
                                                           : NULL;
   int mma = 0, got = 0;
   printf("mma.sync forward kernels of the one-shot forwards:");

@@ -204,8 +204,15 @@ static void block_case(gc_case c, int splits) {
     int pack, nsplit;
     attn_cuda_last_fwd_plan(&pack, &nsplit);
     split_calls += nsplit > 1;
+    /* gc_fwd's tally (gpu_case.c) sees one-shot forwards only: the key-split kernel, where
+     * asked for, must run these block calls too (varlen: the 8-warp kernel) */
+    const char *kv = getenv("ATTN_CUDA_FWD_KSPLIT");
+    if (kv && atoi(kv) == 1 && !c.nseq)
+      TU_CHECK(!strcmp(attn_cuda_last_fwd_form(), "ks"), "%s: a block call ran the %s kernel, not ks",
+               c.name, attn_cuda_last_fwd_form());
   }
-  TU_CHECK(split_calls > 0, "%s: no block call split its keys", c.name);
+  TU_CHECK(splits == 1 ? split_calls == 0 : split_calls > 0, "%s: %d of the block calls split their keys (%d splits asked)",
+           c.name, split_calls, splits);
   gc_expect_ok(gc_finalize(&P, &st, &out), "attn_cuda_finalize", &c);
   gc_check(&P, &out, 0, "split fwd_block x 3 + finalize");
   gc_expect_empty(&P, &out, &c, 1, gc_empty_rows(&P), 0, 0);
@@ -221,6 +228,10 @@ static void check_block(void) {
                        .Hkv = 2, .D = 64, .causal = 1, .sinks = 1, .dtype = ATTN_F16}, 3);
   block_case((gc_case){.name = "block varlen decode", .Hq = 4, .Hkv = 2, .D = 128, .nseq = 3,
                        .lq = lq, .lkv = lkv, .alibi = 1, .dtype = ATTN_BF16}, 2);
+  /* unsplit: the kernel itself reads and writes the carried state */
+  block_case((gc_case){.name = "block decode unsplit", .B = 2, .Sq = 1, .Skv = E ? 500 : 2500,
+                       .Hq = 8, .Hkv = 2, .D = 128, .causal = 1, .softcap = 20.0f,
+                       .dtype = ATTN_BF16}, 1);
 }
 
 /* ---- NaN/Inf in unseen keys and empty rows, packed and split ---------------------------- */
@@ -287,6 +298,16 @@ static void check_auto(void) {
   f32.dtype = ATTN_F32;
   attn_cuda_fwd_plan(&f32, &pack, &nsplit);
   TU_CHECK(pack == 1 && nsplit == 1, "float32: pack %d, %d splits (want 1, 1)", pack, nsplit);
+  /* the key-split decode kernel, where asked for, takes a decode step from the Hopper
+   * forward (which would compute 128 rows for one) */
+  const char *kv = getenv("ATTN_CUDA_FWD_KSPLIT");
+  if (kv && atoi(kv) == 1) {
+    attn_cuda_set_hopper(1);
+    attn_cuda_problem mha = plan_problem(4, 8, 8, 1, 4096);
+    TU_CHECK(!strcmp(attn_cuda_fwd_path(&mha), "mma"), "MHA decode with the key-split kernel asked "
+             "for runs %s", attn_cuda_fwd_path(&mha));
+    attn_cuda_set_hopper(0);
+  }
   /* the automatic plan runs, and a workspace too small for its partial states runs unsplit */
   gc_case c = {.name = "auto decode", .B = 1, .Sq = 1, .Skv = E ? 2048 : 16384, .Hq = 8,
                .Hkv = 2, .D = 128, .dtype = ATTN_BF16, .seed = next_seed++};

@@ -145,7 +145,7 @@ def decode_rows(md):
     rows = {}
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 18 and cells[0].isdigit():
+        if len(cells) == 19 and cells[0].isdigit():
             rows[tuple(cells[:5])] = cells[5:]
     return rows
 
@@ -159,6 +159,7 @@ def compare_decode(tmp):
             dict(base, impl="attnrun-plain", ms_median=0.4, pack=1, nsplit=1, path="sm90", check="ok"),
             dict(base, impl="attnrun-paged16", ms_median=0.055, pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-4s", ms_median=0.045, pack=4, nsplit=29, check="ok"),
+            dict(base, impl="attnrun-ks", ms_median=0.025, pack=4, nsplit=29, check="ok"),
             dict(base, impl="torch-flash", ms_median=0.06),
             dict(base, impl="torch-efficient", ms_median=0.08),
             dict(base, impl="torch-cudnn", error="no kernel"),
@@ -175,15 +176,17 @@ def compare_decode(tmp):
     d = decode_rows(text)
     row = d.get(("1", "32", "8", "1", "32768"))
     check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000 on sm90, paged 0.0550, 4-stage 0.0450, "
-          "cuDNN error, best torch 0.06/0.05",
+          "key-split 0.0250, cuDNN error, best torch 0.06/0.05",
           row is not None and row[0] == "0.0500" and row[1] == "4 x 29" and row[2] == "0.4000 sm90"
-          and row[3] == "0.0550" and row[4] == "0.0450" and row[7] == "error" and row[9] == "1.20"
-          and row[10] == "2700" and row[11] == "0.90" and row[12] == "ok")
+          and row[3] == "0.0550" and row[4] == "0.0450" and row[5] == "0.0250" and row[8] == "error"
+          and row[10] == "1.20" and row[11] == "2700" and row[12] == "0.90" and row[13] == "ok")
     other = d.get(("8", "32", "8", "1", "32768"))
-    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[9] == "-")
+    check("a shape with torch alone has no ratio", other is not None and other[0] == "-" and other[10] == "-")
     check("the prefill table is still there", ("fwd", "128", "8192", "no") in table(text))
     check("decode experiment row: 4-stage 0.05 -> 0.045 ms, 1.11x",
           "| decode | attnrun-4s | attnrun | 1 | 1.11 | 1.11 | 1.11 |" in text.splitlines())
+    check("decode experiment row: key-split 0.05 -> 0.025 ms, 2.00x",
+          "| decode | attnrun-ks | attnrun | 1 | 2.00 | 2.00 | 2.00 |" in text.splitlines())
 
 
 def decode_on_host(tmp):
