@@ -6,6 +6,7 @@
 #include "attnrun.h"
 #include "cuda_attn.h"
 #include "gpu_test.h"
+#include "traits.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -202,7 +203,8 @@ static void bf_bwd_tile(const bf_geo *g, int s, int64_t K0, int64_t K1, int64_t 
 static attn_stats bf_count(const bf_geo *g, int sm90, int pack) {
   const stats_case *c = g->c;
   const int rows = c->f32 ? 32 : c->backward ? (sm90 ? 64 : 32) : 128 / pack;
-  const int keys = c->f32 ? 32 : c->backward ? 128 : sm90 ? 128 : 64;
+  /* the sm90 forward's key tiles: 176 at d = 128 not causal, 64 at 256, else 128 */
+  const int keys = c->f32 ? 32 : c->backward ? 128 : sm90 ? FA_SM90_FWD_BN(c->D, c->D, c->causal) : 64;
   attn_stats out = {0, 0, 0};
   for (int s = 0; s < (c->nseq ? c->nseq : 1); s++) {
     int64_t r0, r1, c0, c1;
