@@ -191,7 +191,9 @@ void attn_cuda_tile_shape(const attn_cuda_problem *p, int backward, int sm90, in
     int pack, nsplit; /* packed GQA: FA_FWD_BM / pack positions of each head a tile */
     attn_cuda_fwd_plan(p, &pack, &nsplit);
     const char *form = attn_cuda_last_fwd_form(); /* the experiments' kernels (instance.h) */
-    *rows = !strcmp(form, "4w") ? FA_FWD_W4_BM : FA_FWD_BM / pack;
+    *rows = !strcmp(form, "4w")   ? FA_FWD_W4_BM
+            : !strcmp(form, "ks") ? FA_FWD_KS_ROWS / pack
+                                  : FA_FWD_BM / pack;
     *keys = !strcmp(form, "2cta")   ? FA_FWD_2CTA_BN(dqk, dv)
             : !strcmp(form, "4x32") ? FA_FWD_4X32_BN(dqk, dv)
                                     : FA_FWD_BN(dqk, dv);
