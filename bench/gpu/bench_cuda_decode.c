@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
   printf("attnrun CUDA decode on %s (%d SMs), bf16, head dim %d, Sq %lld; GB/s = K+V bytes read "
          "/ time; vs copy = that over the same bytes' device copy (read rate)\n",
          prop.name, prop.multiProcessorCount, HD, (long long)sq);
-  printf("%-6s %3s %3s %3s %7s %10s %10s %8s %8s %5s %6s %7s %s\n", "form", "B", "Hq", "Hkv", "Skv",
+  printf("%-10s %3s %3s %3s %7s %10s %10s %8s %8s %5s %6s %7s %s\n", "form", "B", "Hq", "Hkv", "Skv",
          "median ms", "min ms", "GB/s", "vs copy", "pack", "splits", "check", "path");
   cudaStream_t stream;
   cudaEvent_t ev[2];
@@ -306,7 +306,9 @@ int main(int argc, char **argv) {
       time_runs(&ra, warmup, reps, ev, &med, &mn);
       const double gbps = kv_bytes / (med * 1e-3) / 1e9;
       const char *name = form == 2 ? "paged" : form ? "planned" : "plain";
-      printf("%-6s%-3s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s %s\n", name, sfx,
+      char label[16];
+      snprintf(label, sizeof label, "%s%s", name, sfx);
+      printf("%-10s %3lld %3lld %3lld %7lld %10.4f %10.4f %8.0f %8.2f %5d %6d %7s %s\n", label,
              (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.Skv, med, mn,
              gbps, gbps / copy_read, pack, nsplit, ok ? "ok" : "FAIL", path);
       if (!ok) fprintf(stderr, "  check: max relative error %.3e on sampled rows\n", rel);

@@ -76,7 +76,7 @@ foreach(want
     "| fwd | attnrun-mma4x32 | attnrun | 4 |" "| fwd | attnrun-mma4s | attnrun | 4 |"
     "| bwd | attnrun-mma4s | attnrun | 4 |" "| bwd | attnrun-sm90 | attnrun | 4 |"
     "| bwd | attnrun-sm90-dqatomic | attnrun-sm90 | 4 |" "| decode | attnrun-4s | attnrun | 3 |"
-    "| decode | attnrun-ks | attnrun | 3 |")
+    "| decode | attnrun-ks | attnrun | 3 |" "| decode | attnrun-plain-ks | attnrun-plain | 3 |")
   string(FIND "${text}" "${want}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "compare's tables lack '${want}'")

@@ -418,8 +418,8 @@ fi
 # took 6.6 us on 2026-12-04, as long as a dense tile's; the exact kernel name skips the plain
 # form, which runs the sm90 kernel on sm_90); and that plain form's sm90 forward (B=1, 16
 # query heads on one KV head, 64K keys: 16 busy CTAs of one row each, 12 us a 128-key tile on
-# 2026-12-04 against about 2.6 us for a dense 176-key tile at full load). Reports in
-# ncu-<name>.txt.
+# 2026-12-04 against about 2.6 us for a dense 176-key tile at full load); and the key-split
+# decode kernel on decode-gqa's shape (ATTN_CUDA_FWD_KSPLIT=1). Reports in ncu-<name>.txt.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 DECODE_BIN="$BUILD/bench/gpu/bench_cuda_decode"
 # the profiled runs: NAME KERNEL PROGRAM ARGS... (word-split: no spaces inside an argument)
@@ -428,7 +428,8 @@ NCU_SPECS=("mma-fwd flash_fwd_hd128_bf16 $NCU_BENCH --path mma --no-bwd"
   "sm90-bwd flash_bwd_hd128_bf16_sm90 $NCU_BENCH --path sm90"
   "mma-dkdv flash_dkdv_hd128_bf16 $NCU_BENCH --path mma"
   "decode-gqa flash_fwd_hd128_bf16_causal $DECODE_BIN --shapes 1/32/8/131072 --reps 1 --warmup 0"
-  "decode-sm90 flash_fwd_hd128_bf16_causal_sm90 $DECODE_BIN --shapes 1/16/1/65536 --reps 1 --warmup 0")
+  "decode-sm90 flash_fwd_hd128_bf16_causal_sm90 $DECODE_BIN --shapes 1/16/1/65536 --reps 1 --warmup 0"
+  "decode-ks flash_fwdks_hd128_bf16_causal env ATTN_CUDA_FWD_KSPLIT=1 $DECODE_BIN --shapes 1/32/8/131072 --reps 1 --warmup 0")
 profile() { # profile NAME KERNEL PROGRAM ARGS...
   local name=$1 kernel=$2
   shift 2

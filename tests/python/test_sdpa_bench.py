@@ -160,6 +160,7 @@ def compare_decode(tmp):
             dict(base, impl="attnrun-paged16", ms_median=0.055, pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-4s", ms_median=0.045, pack=4, nsplit=29, check="ok"),
             dict(base, impl="attnrun-ks", ms_median=0.025, pack=4, nsplit=29, check="ok"),
+            dict(base, impl="attnrun-plain-ks", ms_median=0.1, pack=1, nsplit=1, path="mma", check="ok"),
             dict(base, impl="torch-flash", ms_median=0.06),
             dict(base, impl="torch-efficient", ms_median=0.08),
             dict(base, impl="torch-cudnn", error="no kernel"),
@@ -187,6 +188,8 @@ def compare_decode(tmp):
           "| decode | attnrun-4s | attnrun | 1 | 1.11 | 1.11 | 1.11 |" in text.splitlines())
     check("decode experiment row: key-split 0.05 -> 0.025 ms, 2.00x",
           "| decode | attnrun-ks | attnrun | 1 | 2.00 | 2.00 | 2.00 |" in text.splitlines())
+    check("decode experiment row: the plain form on the key-split kernel 0.4 -> 0.1 ms, 4.00x",
+          "| decode | attnrun-plain-ks | attnrun-plain | 1 | 4.00 | 4.00 | 4.00 |" in text.splitlines())
 
 
 def decode_on_host(tmp):
