@@ -72,6 +72,11 @@ target_include_directories(test_cuda_runtime_emu PRIVATE ${ATTN_CUDA_DIR})
 set_target_properties(test_cuda_runtime_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME cuda_emu_runtime COMMAND test_cuda_runtime_emu)
 set_tests_properties(cuda_emu_runtime PROPERTIES TIMEOUT 300 LABELS emu)
+# and as a compute 9.0 GPU runs it by default, the Hopper kernels on (the emulator's
+# default is off): its tile counts follow the kernel family that ran
+add_test(NAME cuda_emu_runtime_hopper COMMAND test_cuda_runtime_emu)
+set_tests_properties(cuda_emu_runtime_hopper PROPERTIES TIMEOUT 300 LABELS emu
+                     ENVIRONMENT ATTN_CUDA_HOPPER=1)
 
 # The emulated runtime's stream / event model itself (emu_cudart/test_emu_cudart.c): the
 # deferral that lets the emu tests above show a missing wait.
