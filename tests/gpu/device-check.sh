@@ -407,6 +407,8 @@ if [ -n "$SANITIZER" ]; then
   stage racecheck 150 env ATTN_CUDA_HOPPER=0 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
   STAGE_NOTE="the same on the 4-stage kernels (ATTN_CUDA_FWD_STAGES=4: tile descriptors in shared memory; ATTN_CUDA_BWD_STAGES=4)"
   stage racecheck-4s 150 env ATTN_CUDA_HOPPER=0 ATTN_CUDA_FWD_STAGES=4 ATTN_CUDA_BWD_STAGES=4 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$TEST_BIN" quick
+  STAGE_NOTE="test_cuda_decode block on the key-split decode kernel (ATTN_CUDA_FWD_KSPLIT=1: the warps' states merged through the K/V buffers)"
+  stage racecheck-ks 90 env ATTN_CUDA_FWD_KSPLIT=1 "$SANITIZER" --tool racecheck --racecheck-report hazard --error-exitcode 1 "$BUILD/tests/gpu/test_cuda_decode" block
 else
   [ -n "$ONLY" ] || S_NAME+=("sanitizer") S_RES+=("skipped") S_SEC+=("0") S_NOTE+=("compute-sanitizer not found")
 fi
