@@ -510,6 +510,7 @@ static attn_status carve(const attn_cuda_problem *p, void *ws, size_t bytes, fwd
   c->pack = pl.pack;
   c->nsplit = 1;
   c->fwd_form = fwd_form_asked();
+  if (c->fwd_form == FA_FWD_FORM_KS && !ksplit_fits(p)) c->fwd_form = FA_FWD_FORM_8W;
   c->form_ran = &fwd_form_ran;
   c->bwd_stages = ATTN_PARAM("CUDA_BWD_STAGES", 2) == FA_BWD_4S_STAGES ? FA_BWD_4S_STAGES : 2;
   c->bwd_stages_ran = &bwd_stages_ran;

@@ -190,9 +190,9 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
     return e;
   }
 #endif
-  /* the key-split kernel where a KV head's rows fit its m-tile (all positions one tile) */
-  const int ks = c->fwd_form == FA_FWD_FORM_KS && !pb->num_seqs &&
-                 pb->sq * (pb->Hq / pb->Hkv) <= FA_FWD_KS_ROWS;
+  /* the key-split kernel (dispatch.c asks for it only where a KV head's rows fit its
+   * m-tile: all positions one tile) */
+  const int ks = c->fwd_form == FA_FWD_FORM_KS;
   e = fa_query_grid(&p, c, (ks ? FA_FWD_KS_ROWS : FA_FWD_BM) / p.pack, &grid_x);
   if (e) return e;
   const dim3 grid((unsigned)(grid_x * p.nsplit), (unsigned)(pb->Hq / p.pack), (unsigned)pb->B);

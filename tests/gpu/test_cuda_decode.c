@@ -18,6 +18,12 @@
 #include "traits.h"
 
 static uint64_t next_seed = 1;
+
+/* ATTN_CUDA_FWD_KSPLIT=1: the key-split decode kernel asked for */
+static int ksplit_asked(void) {
+  const char *v = getenv("ATTN_CUDA_FWD_KSPLIT");
+  return v && atoi(v) == 1;
+}
 static int E; /* emulated: fewer, smaller cases */
 
 enum { PLAIN, PACKED, SPLIT, PACKED_SPLIT, NFORMS };
@@ -206,8 +212,7 @@ static void block_case(gc_case c, int splits) {
     split_calls += nsplit > 1;
     /* gc_fwd's tally (gpu_case.c) sees one-shot forwards only: the key-split kernel, where
      * asked for, must run these block calls too (varlen: the 8-warp kernel) */
-    const char *kv = getenv("ATTN_CUDA_FWD_KSPLIT");
-    if (kv && atoi(kv) == 1 && !c.nseq)
+    if (ksplit_asked() && !c.nseq)
       TU_CHECK(!strcmp(attn_cuda_last_fwd_form(), "ks"), "%s: a block call ran the %s kernel, not ks",
                c.name, attn_cuda_last_fwd_form());
   }
@@ -300,8 +305,7 @@ static void check_auto(void) {
   TU_CHECK(pack == 1 && nsplit == 1, "float32: pack %d, %d splits (want 1, 1)", pack, nsplit);
   /* the key-split decode kernel, where asked for, takes a decode step from the Hopper
    * forward (which would compute 128 rows for one) */
-  const char *kv = getenv("ATTN_CUDA_FWD_KSPLIT");
-  if (kv && atoi(kv) == 1) {
+  if (ksplit_asked()) {
     attn_cuda_set_hopper(1);
     attn_cuda_problem mha = plan_problem(4, 8, 8, 1, 4096);
     TU_CHECK(!strcmp(attn_cuda_fwd_path(&mha), "mma"), "MHA decode with the key-split kernel asked "
