@@ -146,8 +146,10 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
  * tile or seen by no query position R0..rlast of the CTA are zero-filled, so NaN/Inf in
  * them cannot reach a product. PAGED (a forward's p.pages != NULL; 0 elsewhere, which
  * compiles the paged loop away): the rows come through the KV cache's block table
- * (fa_kv_offset), an entry outside the pool as zeros. ALL: a full tile (T.full) takes
- * FA_LOAD_ROWS_ALL (0 where its addresses in flight would not fit the register budget).
+ * (fa_kv_offset), an entry outside the pool as zeros. ALL: a tile of BN keys, all seen
+ * (fa_ktile_all_seen: every tile but the last of the range and a block mask's mixed ones,
+ * decode steps' too), takes FA_LOAD_ROWS_ALL, with no test a row (0 where its addresses in
+ * flight would not fit the register budget).
  * Uses gK, gV, sK, sV, p, s, R0, rlast, tid, b, hk of the kernel. */
 #define FA_LOAD_KV_TILE(T, BUF, BN, NTHREADS, PAGED, ALL)                                        \
   do {                                                                                        \
@@ -158,18 +160,21 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
       break;                                                                                  \
     }                                                                                         \
     const fa_elem *k_ = gK + (int64_t)T_.ca * p.k.ss, *v_ = gV + (int64_t)T_.ca * p.v.ss;      \
-    if ((ALL) && T_.full) { /* every row present and seen by every row of the CTA */         \
+    if ((ALL) && T_.cb - T_.ca == (BN) && fa_ktile_all_seen(T_)) { /* every row present and seen */ \
       FA_LOAD_ROWS_ALL(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid);     \
       FA_LOAD_ROWS_ALL(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid);        \
       break;                                                                                  \
     }                                                                                         \
-    FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid,             \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
-    FA_LOAD_ROWS(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid,                \
-                 r_ < T_.cb - T_.ca &&                                                        \
-                     (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))); \
+    FA_LOAD_ROWS(sK + (BUF) * (BN) * SQK, SQK, k_, p.k.ss, DQK, BN, NTHREADS, tid, FA_KV_KEEP(T_, r_)); \
+    FA_LOAD_ROWS(sV + (BUF) * (BN) * SV, SV, v_, p.v.ss, DV, BN, NTHREADS, tid, FA_KV_KEEP(T_, r_));    \
   } while (0)
+
+/* Whether row r_ of key tile T_ loads (else zeros): present, and seen by a row of the CTA
+ * (fa_ktile_all_seen, else fa_key_seen key by key). T_.full, which implies all seen, is
+ * tested first: without it the 2-CTA kernel at d = 64 spilled 128 B (ptxas, CUDA 13,
+ * sm_90a). Uses p, s, R0, rlast of the kernel. */
+#define FA_KV_KEEP(T_, r_) \
+  ((r_) < (T_).cb - (T_).ca && ((T_).full || fa_ktile_all_seen(T_) || fa_key_seen(p, FA_CAUSAL, s, (T_).ca + (r_), R0, rlast)))
 
 /* The paged half of FA_LOAD_KV_TILE: rows of view V (p.k or p.v) through the block
  * table; G, any valid address, is the source of the zero fills. */
@@ -178,8 +183,7 @@ static inline int fa_key_grid(fa_params *p, const fa_call *c, int32_t tile, int6
     for (int i_ = tid; i_ < (BN) * ((D) / 8); i_ += (NTHREADS)) {                             \
       const int r_ = i_ / ((D) / 8), c_ = i_ % ((D) / 8);                                     \
       int64_t o_ = -1;                                                                        \
-      if (r_ < T_.cb - T_.ca && (T_.full || fa_key_seen(p, FA_CAUSAL, s, T_.ca + r_, R0, rlast))) \
-        o_ = fa_kv_offset(p, V, b, hk, T_.ca + r_);                                           \
+      if (FA_KV_KEEP(T_, r_)) o_ = fa_kv_offset(p, V, b, hk, T_.ca + r_);                      \
       fa_cp_async16((dst) + r_ * (ld) + c_ * 8,                                               \
                     o_ >= 0 ? (const fa_elem *)(V).p + o_ + c_ * 8 : (G), o_ >= 0);           \
     }                                                                                         \

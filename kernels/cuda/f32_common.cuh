@@ -41,16 +41,17 @@ FA_DEV const float *f32_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_
   } while (0)
 
 /* The K and V rows of key tile [ca, cb) into sK [F32_BN][Dq+1] and sV [F32_BN][Dv+1]:
- * zero past cb and, in a partial tile, for keys no query row [R0, R0 + rows) sees (so
- * NaN/Inf in masked K/V never reaches a product). All threads take part. */
+ * zero past cb and for keys no query row [R0, R0 + rows) sees (so NaN/Inf in masked K/V
+ * never reaches a product; only a block mask leaves such keys in a tile:
+ * fa_ktile_all_seen). All threads take part. */
 #define F32_LOAD_KV_TILE(p, s, cur, ca, cb, gK, gV, sK, sV, Dq, Dv, R0, rows, tid)              \
   do {                                                                                        \
     F32_LOAD_ROWS(sK, (gK) + (int64_t)(ca) * (p).k.ss, (p).k.ss, Dq, F32_BN, tid,             \
                   r_ < (cb) - (ca) &&                                                         \
-                      ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
+                      (fa_ktile_all_seen(cur) || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
     F32_LOAD_ROWS(sV, (gV) + (int64_t)(ca) * (p).v.ss, (p).v.ss, Dv, F32_BN, tid,             \
                   r_ < (cb) - (ca) &&                                                         \
-                      ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
+                      (fa_ktile_all_seen(cur) || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1))); \
   } while (0)
 
 /* One side (view: (p).k or (p).v) of a paged tile: rows [ca, cb) of batch b, KV head hk,
@@ -62,7 +63,7 @@ FA_DEV const float *f32_at(const attn_cuda_view &v, int64_t b, int64_t s, int64_
       const int r_ = i_ / (D), c_ = i_ % (D);                                                 \
       int64_t o_ = -1;                                                                        \
       if (r_ < (cb) - (ca) &&                                                                 \
-          ((cur).full || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
+          (fa_ktile_all_seen(cur) || fa_key_seen(p, (p).causal, s, (ca) + r_, R0, (R0) + (rows) - 1)))    \
         o_ = fa_kv_offset(p, view, b, hk, (ca) + r_);                                         \
       (sX)[r_ * ((D) + 1) + c_] = o_ >= 0 ? ((const float *)(view).p)[o_ + c_] : 0.0f;        \
     }                                                                                         \

@@ -239,6 +239,14 @@ FA_DEV int fa_next_ktile(const fa_params &p, const fa_seg &s, int R0, int rows, 
   return 0;
 }
 
+/* 1 iff every key of tile t (from fa_next_ktile) is seen by some row of its CTA, so its K/V
+ * rows need no test one by one (fa_key_seen) before they load. The rows' key ranges
+ * (fa_row_keys) are intervals whose ends never fall as the row grows, by at most one a row,
+ * and only the first or the last rows can see nothing: together they see every key from
+ * the first row's lo to the last row's hi, the CTA's [kc0, kc1), which the tile is clipped
+ * to. Only the block mask can take keys out of that (a verdict of 2, mixed). */
+FA_DEV int fa_ktile_all_seen(const fa_ktile &t) { return t.bmv == 1; }
+
 /* Split `split` of nsplit of the key range [kc0, kc1): whole tiles of bn keys (multiples
  * of bn), as even as they divide; an empty range (kc0 == kc1) when it gets none. */
 FA_DEV void fa_split_keys(int nsplit, int split, int bn, int &kc0, int &kc1) {

@@ -247,6 +247,10 @@ static void sweep_f32(void) {
   run_empty((gc_case){.name = "f32 unseen keys", .B = 1, .Sq = 40, .Skv = 130, .Hq = 1, .Hkv = 1,
                       .D = 96, .Dv = 32, .window = 1, .wl = 3, .wr = 0, .softcap = 5.0f,
                       .dtype = ATTN_F32}, EXPECT_UNSEEN_KEYS);
+  run_empty((gc_case){.name = "f32 unseen key block in a tile", .B = 1, .Sq = 128, .Skv = 96,
+                      .Hq = 1, .Hkv = 1, .D = 64, .bq = 64, .bk = 16,
+                      .mask_bits = (const uint8_t[]){1, 0, 1, 1, 0, 1, /**/ 1, 0, 0, 1, 1, 1},
+                      .dtype = ATTN_F32}, EXPECT_UNSEEN_KEYS);
   run_hot((gc_case){.name = "f32 hot causal", .B = 1, .Sq = 70, .Skv = 70, .Hq = 2, .Hkv = 1,
                     .D = 64, .causal = 1, .dtype = ATTN_F32});
   check_block_case((gc_case){.name = "f32 block API", .B = 2, .Sq = 50, .Skv = 75, .Hq = 2,
@@ -439,6 +443,10 @@ static void check_empty(void) {
   static const int32_t lq[] = {50, 70, 0, 30}, lkv[] = {0, 100, 40, 90};
   static const uint8_t holes[] = {1, 1, 0, 0, 1, /**/ 0, 0, 0, 0, 0, /**/ 0, 1, 1, 0, 0,
                                   /**/ 1, 0, 0, 0, 1};
+  /* 2 x 6 blocks of 64 x 32: key block 1 is off for every row, inside the 64-key tile whose
+   * block 0 is on (a mixed tile: its keys are tested one by one), block 4 off for row
+   * block 0 only */
+  static const uint8_t half_tile[] = {1, 0, 1, 1, 0, 1, /**/ 1, 0, 0, 1, 1, 1};
   for (int sinks = 0; sinks < 2; sinks++) {
     const int dt = sinks ? ATTN_F16 : ATTN_BF16;
     run_empty((gc_case){.name = "causal Sq>Skv", .B = 2, .Sq = E ? 100 : 200, .Skv = 70, .Hq = 2,
@@ -454,6 +462,9 @@ static void check_empty(void) {
     run_empty((gc_case){.name = "sparse blocks", .B = 1, .Sq = 256, .Skv = 300, .Hq = 1,
                         .Hkv = 1, .D = 64, .bq = 64, .bk = 64, .mask_bits = holes,
                         .sinks = sinks, .dtype = dt}, EXPECT_EMPTY_ROWS | EXPECT_UNSEEN_KEYS);
+    run_empty((gc_case){.name = "unseen key block in a tile", .B = 1, .Sq = 128, .Skv = 192,
+                        .Hq = 2, .Hkv = 1, .D = 64, .bq = 64, .bk = 32, .mask_bits = half_tile,
+                        .sinks = sinks, .dtype = dt}, EXPECT_UNSEEN_KEYS);
     if (E) continue;
     run_empty((gc_case){.name = "window both sides", .B = 1, .Sq = 500, .Skv = 260, .Hq = 1,
                         .Hkv = 1, .D = 64, .window = 1, .wl = 0, .wr = 2, .causal = 1,
