@@ -282,6 +282,23 @@ VARIANTS = [("fwd", "attnrun-mma4", "attnrun"), ("fwd", "attnrun-mma2c", "attnru
             ("bwd", "attnrun-sm90", "attnrun"), ("bwd", "attnrun-sm90-dqatomic", "attnrun-sm90")]
 
 
+# bench_roofline's derived fields, in the order the table's last column lists them
+ROOF_EXTRA = [("tflops", "{:.1f} TFLOP/s"), ("flop_per_clk_sm", "{:.0f} FLOP/clk/SM"),
+              ("cycles_per_mma_warp", "{:.2f} clk/mma a warp"), ("gbps_per_cta", "{:.2f} GB/s a CTA"),
+              ("vs_copy", "{:.2f} of copy")]
+
+
+def roofline_table(recs):
+    """bench_roofline's records in the order it ran them: each measurement and what follows
+    from it (its record's derived fields)."""
+    lines = ["| test | what | measured | unit | also | ms | SM MHz |", "|---|---|---|---|---|---|---|"]
+    for r in recs:
+        also = ", ".join(f.format(r[k]) for k, f in ROOF_EXTRA if k in r) or "-"
+        lines.append(f"| {r['test']} | {r['label']} | {r['value']:.4g} | {r['unit']} | {also} | "
+                     f"{r['ms_median']:.3f} | {r.get('sm_mhz', 0):.0f} |")
+    return lines
+
+
 def geomean(xs):
     import math
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
@@ -330,7 +347,7 @@ def summary_lines(rows, dec):
 
 
 def compare(args):
-    rows, det, dec, abl = {}, [], [], []
+    rows, det, dec, abl, roof = {}, [], [], [], []
     with open(args.file) as f:
         for line in f:
             line = line.strip()
@@ -339,6 +356,9 @@ def compare(args):
             r = json.loads(line)
             if r.get("mode") == "decode":
                 dec.append(r)
+                continue
+            if r.get("mode") == "roofline":  # bench_roofline
+                roof.append(r)
                 continue
             if "ablate" in r or "mma_ablate" in r:  # ATTN_SM90_ABLATE / ATTN_MMA_ABLATE runs
                 abl.append(r)
@@ -431,6 +451,10 @@ def compare(args):
                  "median ms of timed runs, one bench run a mask; saved: mask 0's time less this one's"
                  + (f"; the default kernel (flash_fwd) at d=128 N=8192 not causal in the main run: {base:.3f} ms"
                     if base else "") + ".\n\n" + "\n".join(mab) + "\n")
+    if roof:
+        dev = next((r.get("device") for r in roof if r.get("device")), dev)
+        text += ("\nWhat the SMs sustain on the forward's instructions alone (bench_roofline; per clock at the "
+                 f"SM clock its CTA 0 ran at), on {dev}.\n\n" + "\n".join(roofline_table(roof)) + "\n")
     print(text)
     if args.md:
         with open(args.md, "w") as f:

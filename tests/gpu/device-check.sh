@@ -265,7 +265,7 @@ else
     STAGE_NOTE="full project, -j$JOBS"
     if ! stage build 240 cmake --build "$BUILD" -j "$JOBS"; then
       STAGE_NOTE="full build failed: the CUDA targets alone"
-      stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn test_cuda_decode bench_cuda bench_cuda_decode
+      stage build-cuda 180 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_attn test_cuda_decode bench_cuda bench_cuda_decode bench_roofline
     fi
   else
     MODE=standalone
@@ -322,6 +322,11 @@ fi
 selected tests || BENCH_PATH=${ATTN_CHECK_PATH:-auto} # a second call: the first one's tests decided
 STAGE_NOTE="bf16, d=128/64, N=1K..16K, 16K tokens; --path $BENCH_PATH (auto: mma and sm90 side by side)"
 stage bench-attnrun 150 "$BENCH_BIN" --path "$BENCH_PATH" --json "$JSON"
+# The ceilings the kernels are judged against, measured on this card: mma.sync, ldmatrix
+# feeding 2 or 4 MMAs a load (the 8-warp and FlashAttention-2 warp shapes), ex2, and 32 KiB
+# tile streams by cp.async and the bulk-copy engine against a copy (compare's roofline table).
+STAGE_NOTE="bench_roofline: mma.sync / ldmatrix / ex2 rates an SM, tile streams vs a copy"
+stage bench-roofline 40 "$BUILD/bench/gpu/bench_roofline" --json "$JSON"
 STAGE_NOTE="the mma.sync forward's 4-warp kernel (ATTN_CUDA_FWD_WARPS=4: two CTAs an SM), d=128/64, N=1K..16K"
 stage bench-mma4 60 env ATTN_CUDA_FWD_WARPS=4 "$BENCH_BIN" --path mma --no-bwd --json "$JSON"
 STAGE_NOTE="the mma.sync forward's two-CTA 8-warp kernel (ATTN_CUDA_FWD_CTAS=2: 128 registers, Q from shared memory), d=128/64, N=1K..16K"

@@ -1,7 +1,7 @@
 """test_sdpa_bench.py — bench/gpu/sdpa_bench.py, the GPU benchmark's torch side, before a
 GPU session depends on it: `compare` on synthetic records (ratios to the best torch
 backend, deterministic and TMA-dQ rows against their own atomic-dQ rows, error rows, the
-decode table, the targets and experiments at a glance), and, where torch is importable, `run` and `decode` on the host (--device cpu, the math and CPU flash
+decode table, the targets and experiments at a glance, bench_roofline's table), and, where torch is importable, `run` and `decode` on the host (--device cpu, the math and CPU flash
 backends: the same code path as on a GPU but for the timer) feeding `compare`.
 
     python3 tests/python/test_sdpa_bench.py
@@ -192,6 +192,37 @@ def compare_decode(tmp):
           "| decode | attnrun-plain-ks | attnrun-plain | 1 | 4.00 | 4.00 | 4.00 |" in text.splitlines())
 
 
+def compare_roofline(tmp):
+    print("compare on synthetic roofline records")
+    base = {"mode": "roofline", "device": "Roof GPU", "sm_mhz": 1755, "git": "x", "date": "d"}
+    recs = [dict(base, test="mma", label="mma.sync bf16, 8 warps/SM, 8 chains/warp", value=2048.0,
+                 unit="FLOP/clk/SM", ms_median=1.5, tflops=474.4, cycles_per_mma_warp=16.0),
+            dict(base, test="ldsm", label="ldmatrix.x4 + 2 mma/load, 8 warps/SM", value=96.0,
+                 unit="B/clk/SM", ms_median=2.25, flop_per_clk_sm=1536.0, tflops=355.8),
+            dict(base, test="stream", label="cp.async, 2 buffers, 132 CTAs", value=2500.0, unit="GB/s",
+                 ms_median=0.5, gbps_per_cta=18.94, vs_copy=0.81),
+            rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok")]
+    path, md = os.path.join(tmp, "roof.jsonl"), os.path.join(tmp, "roof.md")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    p = sdpa("compare", path, "--md", md)
+    check("compare with roofline records exits 0", p.returncode == 0)
+    if p.returncode:
+        return
+    lines = open(md).read().splitlines()
+    check("roofline section names the device", any("bench_roofline" in l and "Roof GPU" in l for l in lines))
+    check("mma row: value, unit, TFLOP/s and clk a warp, ms, MHz",
+          "| mma | mma.sync bf16, 8 warps/SM, 8 chains/warp | 2048 | FLOP/clk/SM | 474.4 TFLOP/s, "
+          "16.00 clk/mma a warp | 1.500 | 1755 |" in lines)
+    check("ldsm row: the MMAs' FLOP/clk/SM beside the bytes",
+          "| ldsm | ldmatrix.x4 + 2 mma/load, 8 warps/SM | 96 | B/clk/SM | 355.8 TFLOP/s, 1536 FLOP/clk/SM | "
+          "2.250 | 1755 |" in lines)
+    check("stream row: a CTA's rate and the copy ratio",
+          "| stream | cp.async, 2 buffers, 132 CTAs | 2500 | GB/s | 18.94 GB/s a CTA, 0.81 of copy | 0.500 | 1755 |"
+          in lines)
+    check("the prefill table is still there", ("fwd", "128", "8192", "no") in table("\n".join(lines)))
+
+
 def decode_on_host(tmp):
     try:
         import torch  # noqa: F401
@@ -241,6 +272,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         compare_synthetic(tmp)
         compare_decode(tmp)
+        compare_roofline(tmp)
         run_on_host(tmp)
         decode_on_host(tmp)
     if FAILS:
