@@ -21,25 +21,15 @@
  * Usage: bench_roofline [--json FILE] [--reps 5] [--quick] (quick: short launches, a smoke
  * test). Prints a table; --json appends "mode": "roofline" records (label, value, unit),
  * which sdpa_bench.py compare prints. Exit status: 0, 1 on a CUDA error, 77 without a device. */
-#include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#ifndef BENCH_GIT_SHA
-#define BENCH_GIT_SHA "unknown"
-#endif
-
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
+#include "bench_gpu.h"     /* CHECK_CUDA, sorted_median, BENCH_GIT_SHA */
+#include "device_sm90.cuh" /* the kernels' own primitives (device.cuh; mbarriers on sm_90a) */
 
 #define ROW 136            /* elements a shared-memory row: 128 + the kernels' 8 of padding */
 #define TILE (32 * 1024)   /* bytes a streamed tile */
@@ -69,21 +59,6 @@ __device__ __forceinline__ void probe_end(probe *p) {
     p->t1 = gtime();
   }
 }
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 /* small bf16 pairs (2^-7 and a lane-dependent neighbour): products stay far from overflow */
 __device__ __forceinline__ uint32_t small_pair(int i) { return 0x3c003c00u + (uint32_t)(i & 7); }
 
@@ -98,7 +73,7 @@ template <int CH> __global__ void __launch_bounds__(512) k_mma(int iters, float 
     for (int e = 0; e < 4; e++) c[j][e] = 0.0f;
   for (int i = 0; i < iters; i++) {
 #pragma unroll
-    for (int j = 0; j < CH; j++) mma_bf16(c[j], a, b0, b1);
+    for (int j = 0; j < CH; j++) fa_mma_bf16(c[j], a, b0, b1);
   }
   float s = 0.0f;
   for (int j = 0; j < CH; j++) s += c[j][0] + c[j][1] + c[j][2] + c[j][3];
@@ -115,7 +90,7 @@ template <int R> __global__ void __launch_bounds__(512) k_mix(int iters, float *
   __syncthreads();
   probe_begin(pr);
   const int lane = (int)threadIdx.x % 32;
-  const uint32_t base = smem_addr(tile + (lane & 15) * ROW + (lane >> 4) * 8);
+  const uint16_t *base = tile + (lane & 15) * ROW + (lane >> 4) * 8;
   const uint32_t a0[4] = {small_pair(lane), small_pair(lane + 1), small_pair(lane + 2), small_pair(lane + 3)};
   const uint32_t a1[4] = {small_pair(lane + 4), small_pair(lane + 5), small_pair(lane + 6), small_pair(lane + 7)};
   float c[R == 4 ? 16 : 8][4];
@@ -125,7 +100,7 @@ template <int R> __global__ void __launch_bounds__(512) k_mix(int iters, float *
    * schedules the forward's own loads ahead of their MMAs) */
   uint32_t x = 0, b[2][4][4];
 #define LOAD_CHUNK(set, kk_)                                                                 \
-  for (int n = 0; n < 4; n++) ldsm_x4(b[set][n], base + (uint32_t)(n * 16 * ROW + (kk_) * 16) * 2)
+  for (int n = 0; n < 4; n++) fa_ldsm_x4(b[set][n], base + n * 16 * ROW + (kk_) * 16)
 #pragma unroll
   LOAD_CHUNK(0, 0);
   for (int i = 0; i < iters; i++) {
@@ -138,12 +113,12 @@ template <int R> __global__ void __launch_bounds__(512) k_mix(int iters, float *
         const uint32_t *f = b[kk & 1][n];
         if (R == 0) x ^= f[0] ^ f[1] ^ f[2] ^ f[3];
         if (R >= 2) {
-          mma_bf16(c[2 * n], a0, f[0], f[1]);
-          mma_bf16(c[2 * n + 1], a0, f[2], f[3]);
+          fa_mma_bf16(c[2 * n], a0, f[0], f[1]);
+          fa_mma_bf16(c[2 * n + 1], a0, f[2], f[3]);
         }
         if (R == 4) {
-          mma_bf16(c[8 + 2 * n], a1, f[0], f[1]);
-          mma_bf16(c[8 + 2 * n + 1], a1, f[2], f[3]);
+          fa_mma_bf16(c[8 + 2 * n], a1, f[0], f[1]);
+          fa_mma_bf16(c[8 + 2 * n + 1], a1, f[2], f[3]);
         }
       }
     }
@@ -187,15 +162,12 @@ __global__ void __launch_bounds__(STREAM_THREADS) k_stream(const char *src, int 
   do {                                                                                          \
     if ((t_) < tiles)                                                                           \
       for (int i_ = tid; i_ < TILE / 16; i_ += STREAM_THREADS)                                  \
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(                     \
-                         smem_addr(ring + ((t_) % ST) * TILE + i_ * 16)),                       \
-                     "l"(g + (size_t)(t_) * TILE + i_ * 16)                                     \
-                     : "memory");                                                               \
-    asm volatile("cp.async.commit_group;\n" ::: "memory");                                      \
+        fa_cp_async16(ring + ((t_) % ST) * TILE + i_ * 16, g + (size_t)(t_) * TILE + i_ * 16, 1); \
+    fa_cp_commit();                                                                             \
   } while (0)
   for (int t = 0; t < ST - 1; t++) ISSUE(t);
   for (int t = 0; t < tiles; t++) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 2) : "memory");
+    fa_cp_wait_group<ST - 2>();
     __syncthreads(); /* tile t landed everywhere; buffer (t - 1) % ST is free */
     ISSUE(t + ST - 1);
     acc += *(const volatile uint32_t *)(ring + (t % ST) * TILE + tid * 4);
@@ -210,27 +182,25 @@ __global__ void __launch_bounds__(STREAM_THREADS) k_stream(const char *src, int 
  * barrier, and the CTA barrier after it frees the buffer computed last). */
 template <int ST>
 __global__ void __launch_bounds__(STREAM_THREADS) k_bulk(const char *src, int tiles, float *sink, probe *pr) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) char ring[]; /* [ST][TILE], then ST mbarriers */
+#if FA_SM90_DEVICE
+  extern __shared__ __align__(128) char ring[]; /* [ST][TILE] */
   __shared__ __align__(8) uint64_t bar[ST];
   probe_begin(pr);
   const char *g = src + (size_t)blockIdx.x * tiles * TILE;
   const int tid = (int)threadIdx.x;
   if (tid == 0)
-    for (int s = 0; s < ST; s++)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bar[s])) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < ST; s++) fa_mbar_init(&bar[s], 1);
+  fa_mbar_init_fence();
   __syncthreads();
 #define ISSUE(t_)                                                                                 \
   do {                                                                                            \
     if (tid == 0 && (t_) < tiles) {                                                               \
-      const uint32_t b_ = smem_addr(&bar[(t_) % ST]);                                             \
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b_), "r"(TILE) \
-                   : "memory");                                                                   \
+      const uint32_t b_ = fa_smem_addr(&bar[(t_) % ST]);                                          \
+      fa_mbar_arrive_expect_tx(&bar[(t_) % ST], TILE);                                            \
       for (int q_ = 0; q_ < 4; q_++)                                                              \
         asm volatile(                                                                             \
             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "  \
-            "[%3];\n" ::"r"(smem_addr(ring + ((t_) % ST) * TILE + q_ * (TILE / 4))),              \
+            "[%3];\n" ::"r"(fa_smem_addr(ring + ((t_) % ST) * TILE + q_ * (TILE / 4))),              \
             "l"(g + (size_t)(t_) * TILE + q_ * (TILE / 4)), "r"(TILE / 4), "r"(b_)                \
             : "memory");                                                                          \
     }                                                                                             \
@@ -238,15 +208,7 @@ __global__ void __launch_bounds__(STREAM_THREADS) k_bulk(const char *src, int ti
   for (int t = 0; t < ST - 1; t++) ISSUE(t);
   uint32_t acc = 0;
   for (int t = 0; t < tiles; t++) {
-    const uint32_t b = smem_addr(&bar[t % ST]), parity = (uint32_t)(t / ST) & 1u;
-    uint32_t done = 0;
-    while (!done)
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(b), "r"(parity)
-          : "memory");
+    fa_mbar_wait(&bar[t % ST], (t / ST) & 1);
     __syncthreads(); /* everyone is past tile t - 1: its buffer takes tile t + ST - 1 */
     ISSUE(t + ST - 1);
     acc += *(const volatile uint32_t *)(ring + (t % ST) * TILE + tid * 4);
@@ -266,11 +228,6 @@ static int g_reps = 5;
 static probe *g_probe; /* device */
 static float *g_sink;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 typedef struct {
   double ms;      /* median launch time */
   double sm_mhz;  /* CTA 0's clock over its time, that launch */
@@ -282,36 +239,34 @@ typedef void (*launch_fn)(const void *arg);
 /* one warm-up launch, then g_reps timed ones: the median's time and CTA 0's clock */
 static timing time_launches(launch_fn fn, const void *arg) {
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
   fn(arg);
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
   double ms[MAX_REPS], mhz[MAX_REPS], cyc[MAX_REPS], sorted[MAX_REPS];
   for (int r = 0; r < g_reps; r++) {
-    CHECK(cudaEventRecord(e0));
+    CHECK_CUDA(cudaEventRecord(e0));
     fn(arg);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    CHECK(cudaGetLastError());
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaGetLastError());
     float t;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
     probe p;
-    CHECK(cudaMemcpy(&p, g_probe, sizeof p, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&p, g_probe, sizeof p, cudaMemcpyDeviceToHost));
     ms[r] = sorted[r] = t;
     cyc[r] = (double)(p.c1 - p.c0);
     mhz[r] = p.t1 > p.t0 ? cyc[r] / (double)(p.t1 - p.t0) * 1e3 : 0.0;
   }
-  qsort(sorted, (size_t)g_reps, sizeof(double), cmp_double);
-  timing out = {sorted[g_reps / 2], 0, 0};
-  for (int r = 0; r < g_reps; r++)
-    if (ms[r] == out.ms) {
-      out.sm_mhz = mhz[r];
-      out.cycles = cyc[r];
-      break;
-    }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
+  timing out = {sorted_median(sorted, g_reps), 0, 0};
+  int pick = 0; /* the launch nearest the median: its clock */
+  for (int r = 1; r < g_reps; r++)
+    if (fabs(ms[r] - out.ms) < fabs(ms[pick] - out.ms)) pick = r;
+  out.sm_mhz = mhz[pick];
+  out.cycles = cyc[pick];
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
   return out;
 }
 
@@ -368,11 +323,11 @@ typedef struct {
 
 static void launch_copy(const void *arg) {
   const copy_launch *a = (const copy_launch *)arg;
-  CHECK(cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0));
+  CHECK_CUDA(cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0));
 }
 
 static void set_smem(const void *kern, size_t smem) {
-  CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CHECK_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
 int main(int argc, char **argv) {
@@ -400,7 +355,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   snprintf(g_dev, sizeof g_dev, "%s", prop.name);
   for (char *c = g_dev; *c; c++)
     if (*c == '"' || *c == '\\') *c = '\'';
@@ -410,8 +365,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("# bench_roofline on %s (sm_%d%d, %d SMs), git %s\n", g_dev, prop.major, prop.minor, nsm, BENCH_GIT_SHA);
-  CHECK(cudaMalloc((void **)&g_probe, sizeof(probe)));
-  CHECK(cudaMalloc((void **)&g_sink, 1024 * sizeof(float)));
+  CHECK_CUDA(cudaMalloc((void **)&g_probe, sizeof(probe)));
+  CHECK_CUDA(cudaMalloc((void **)&g_sink, 1024 * sizeof(float)));
   const int scale = quick ? 1 : 64;
   /* the compute kernels ask for over half an SM's shared memory: one CTA an SM */
   const size_t one_per_sm = prop.sharedMemPerMultiprocessor / 2 + 1024;
@@ -471,14 +426,14 @@ int main(int argc, char **argv) {
 
   /* streams: a device copy's read rate, then the ring by cp.async / bulk copies */
   size_t free_b = 0, total_b = 0;
-  CHECK(cudaMemGetInfo(&free_b, &total_b));
+  CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
   size_t buf = (size_t)1 << 30;
   while (buf > (size_t)TILE * 4 * nsm && buf * 2 > free_b / 2) buf /= 2;
   if (quick) buf = (size_t)TILE * 8 * nsm;
   char *src = NULL, *dst = NULL;
-  CHECK(cudaMalloc((void **)&src, buf));
-  CHECK(cudaMalloc((void **)&dst, buf));
-  CHECK(cudaMemset(src, 1, buf));
+  CHECK_CUDA(cudaMalloc((void **)&src, buf));
+  CHECK_CUDA(cudaMalloc((void **)&dst, buf));
+  CHECK_CUDA(cudaMemset(src, 1, buf));
   g_buf = buf;
   double copy_gbps;
   {
@@ -511,10 +466,10 @@ int main(int argc, char **argv) {
         emit("stream", label, gbps, "GB/s", &t, extra);
       }
   }
-  CHECK(cudaFree(src));
-  CHECK(cudaFree(dst));
-  CHECK(cudaFree(g_probe));
-  CHECK(cudaFree(g_sink));
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  CHECK_CUDA(cudaFree(g_probe));
+  CHECK_CUDA(cudaFree(g_sink));
   if (g_json) fclose(g_json);
   return 0;
 }

@@ -38,6 +38,17 @@ def rec(impl, pas, hd, n, causal, tflops=None, **extra):
     return r
 
 
+def compare_records(tmp, name, recs, what):
+    """compare --md on recs written to tmp/name.jsonl: the markdown text, or None (after a
+    failed check) when compare did not exit 0."""
+    path, md = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.md")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    p = sdpa("compare", path, "--md", md)
+    check(f"compare {what}exits 0", p.returncode == 0)
+    return open(md).read() if p.returncode == 0 else None
+
+
 def table(md):
     """{(label, hd, N, causal): [cells]} of compare's markdown table."""
     rows = {}
@@ -77,14 +88,10 @@ def compare_synthetic(tmp):
             rec("attnrun", "bwd", 128, 16384, 1, 110.0, check="ok", ms_median=20.0),
             rec("attnrun-sm90", "bwd", 128, 16384, 1, 220.0, check="ok", ms_median=10.0),
             rec("torch-cudnn", "bwd", 128, 16384, 1, 550.0)]
-    path, md = os.path.join(tmp, "syn.jsonl"), os.path.join(tmp, "syn.md")
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in recs)
-    p = sdpa("compare", path, "--md", md)
-    check("compare exits 0", p.returncode == 0)
-    if p.returncode:
+    text = compare_records(tmp, "syn", recs, "")
+    if text is None:
         return
-    t = table(open(md).read())
+    t = table(text)
     fwd = t.get(("fwd", "128", "8192", "no"))
     check("fwd row: attnrun / best torch = 400/600, sm90 660/600, 4-warp mma 480",
           fwd is not None and fwd[5] == "0.67" and fwd[6] == "1.10" and fwd[0] == "400.0"
@@ -109,20 +116,20 @@ def compare_synthetic(tmp):
     check("atomic dQ row against the sm90 default (216/240)", atom is not None and "0.90 of TMA dQ" in atom[6])
     check("an ablation run's records stay out of the main table (sm90 fwd 660, not 999)",
           fwd is not None and fwd[2] == "660.0")
-    abl = [l for l in open(md).read().splitlines() if l.startswith("| 128 | 8192 | no | dQ adds + dQ GEMM (3)")]
+    abl = [l for l in text.splitlines() if l.startswith("| 128 | 8192 | no | dQ adds + dQ GEMM (3)")]
     check("ablation row: 10.5 ms, 3.5 saved, 0.25 of the full kernel's 14",
           len(abl) == 1 and "| 10.500 | 3.500 | 0.25 |" in abl[0])
     check("an mma ablation run's records stay out of the main table (attnrun fwd 400, not 410)",
           fwd is not None and fwd[0] == "400.0")
-    mab = [l for l in open(md).read().splitlines() if l.startswith("| 128 | 8192 | no | QK^T MMAs + PV MMAs (20)")]
+    mab = [l for l in text.splitlines() if l.startswith("| 128 | 8192 | no | QK^T MMAs + PV MMAs (20)")]
     check("mma ablation row: 2 ms, 6 saved, 0.75 of mask 0's 8",
           len(mab) == 1 and "| 2.000 | 6.000 | 0.75 |" in mab[0])
     check("mma ablation table: only the ablation kernel's rows (the causal default-kernel row left out)",
-          not any(l.startswith("| 128 | 8192 | yes | QK^T") for l in open(md).read().splitlines()))
+          not any(l.startswith("| 128 | 8192 | yes | QK^T") for l in text.splitlines()))
     check("mma ablation table names the default kernel's time of the main run (10 ms)",
-          "flash_fwd) at d=128 N=8192 not causal in the main run: 10.000 ms" in open(md).read())
+          "flash_fwd) at d=128 N=8192 not causal in the main run: 10.000 ms" in text)
     check("Dqk != Dv row labelled 192x128", ("fwd", "192x128", "2048", "yes") in t)
-    lines = open(md).read().splitlines()
+    lines = text.splitlines()
     # the targets at a glance: d = 128, N >= 8K only (the d = 64 N = 4096 rows left out)
     for want in ("| fwd | mma.sync 8-warp (default) | 1 | 0.67 | 0.67 | 0.6 | yes |",
                  "| fwd | mma.sync 2-CTA | 1 | 0.90 | 0.90 | 0.6 | yes |",
@@ -137,7 +144,7 @@ def compare_synthetic(tmp):
           "| fwd | attnrun-mma2c | attnrun | 1 | 1.25 | 1.25 | 1.25 |" in lines)
     check("experiment row: sm90 backward 20 ms -> 10 ms, 2.00x",
           "| bwd | attnrun-sm90 | attnrun | 1 | 2.00 | 2.00 | 2.00 |" in lines)
-    check("the device is named", "Test GPU" in p.stdout)
+    check("the device is named", "Test GPU" in text)
 
 
 def decode_rows(md):
@@ -166,14 +173,9 @@ def compare_decode(tmp):
             dict(base, impl="torch-cudnn", error="no kernel"),
             dict(base, impl="torch-flash", B=8, ms_median=0.3),
             rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok")]
-    path, md = os.path.join(tmp, "dec.jsonl"), os.path.join(tmp, "dec.md")
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in recs)
-    p = sdpa("compare", path, "--md", md)
-    check("compare with decode records exits 0", p.returncode == 0)
-    if p.returncode:
+    text = compare_records(tmp, "dec", recs, "with decode records ")
+    if text is None:
         return
-    text = open(md).read()
     d = decode_rows(text)
     row = d.get(("1", "32", "8", "1", "32768"))
     check("decode row: ours 0.0500 ms, plan 4 x 29, plain 0.4000 on sm90, paged 0.0550, 4-stage 0.0450, "
@@ -202,14 +204,10 @@ def compare_roofline(tmp):
             dict(base, test="stream", label="cp.async, 2 buffers, 132 CTAs", value=2500.0, unit="GB/s",
                  ms_median=0.5, gbps_per_cta=18.94, vs_copy=0.81),
             rec("attnrun", "fwd", 128, 8192, 0, 400.0, check="ok")]
-    path, md = os.path.join(tmp, "roof.jsonl"), os.path.join(tmp, "roof.md")
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in recs)
-    p = sdpa("compare", path, "--md", md)
-    check("compare with roofline records exits 0", p.returncode == 0)
-    if p.returncode:
+    text = compare_records(tmp, "roof", recs, "with roofline records ")
+    if text is None:
         return
-    lines = open(md).read().splitlines()
+    lines = text.splitlines()
     check("roofline section names the device", any("bench_roofline" in l and "Roof GPU" in l for l in lines))
     check("mma row: value, unit, TFLOP/s and clk a warp, ms, MHz",
           "| mma | mma.sync bf16, 8 warps/SM, 8 chains/warp | 2048 | FLOP/clk/SM | 474.4 TFLOP/s, "
