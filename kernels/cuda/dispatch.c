@@ -125,8 +125,7 @@ static const sm90_set sm90_bwd[] = {
  * ATTN_CUDA_HOPPER=1 (the default on hardware since the H200 run of 2026-12-04 verified the
  * kernels; 0 on the emulator: attn_cuda__hopper_default) on a compute
  * capability 9.0 device, for bf16/f16 at a head-dim pair (Dqk, Dv) the direction has an
- * sm90 instance for (the tables above), without a block mask or a KV cache (the backward also
- * without varlen); the forward both
+ * sm90 instance for (the tables above), without varlen, a block mask or a KV cache; the forward both
  * one shot and in block mode (the state-carrying call of the ring: the same conditions,
  * the same kernel); the backward also with a deterministic dQ (ATTN_DETERMINISTIC /
  * deterministic=1: the key CTAs add each dQ tile in their order, through semaphores in the
@@ -144,8 +143,7 @@ static fa_launcher hopper_pick(const sm90_set *set, const attn_cuda_problem *p, 
   else if (!set[0].dqk) *why = "this build has no sm_90a kernels for this direction";
   else if (attn_cuda__device_cc() != 90) *why = "the device is not compute capability 9.0";
   else if (p->dtype == ATTN_F32) *why = "it takes bf16/f16 only";
-  else if (p->block_mask) *why = "block masks run on mma.sync";
-  else if (p->num_seqs && set == sm90_bwd) *why = "a varlen backward runs on mma.sync";
+  else if (p->num_seqs || p->block_mask) *why = "varlen and block masks run on mma.sync";
   else if (p->kv_used || p->block_table) *why = "a KV cache runs on mma.sync";
   else {
     for (; set->dqk; set++)

@@ -52,14 +52,8 @@
  *
  * Key tiles are placed so that the last one ends at the CTA's last visible key (the first
  * may start before key 0: TMA reads zeros there), which keeps the causal diagonal in the
- * last tile.
- *
- * Varlen (packed sequences, B == 1): the work tiles are the tile table's query tiles, each
- * within one sequence; TMA boxes may reach into the neighbouring sequences' rows and keys,
- * which the segment's ranges mask (scores) and the zero-fill clears (V), and a warpgroup
- * with fewer than 64 valid rows stores O directly. What this kernel does not do goes to the
- * mma.sync forward (dispatch.c): block masks, a KV cache, other head dims, and views TMA
- * cannot describe. */
+ * last tile. What this kernel does not do goes to the mma.sync forward (dispatch.c):
+ * varlen, block masks, other head dims, and views TMA cannot describe. */
 #include "common.cuh"
 #include "device_sm90.cuh"
 #include "tmap_sm90.cuh"
@@ -152,29 +146,17 @@ struct fa_sm90_maps {
  * are numbered by query tile, then (batch, head); causal, the last query tiles, which
  * see the most keys, come first. */
 struct h_tile {
-  int b, h, hk, seg, R0, rows, kc0, ntiles, kbase;
+  int b, h, hk, R0, rows, kc0, ntiles, kbase;
 };
 
-/* Under varlen the query tiles are the tile table's (p.table: sequence, first row, rows;
- * B == 1), in its order, and entries past its count are empty work tiles (rows 0, no key
- * tiles: the producer still loads their Q, which keeps the phases of bar_q and empty_q). */
-FA_DEV h_tile h_tile_at(const fa_params &p, int w) {
+FA_DEV h_tile h_tile_at(const fa_params &p, const fa_seg &s, int w) {
   h_tile T;
   const int nhb = (int)(p.Hq * p.B), rank = w / nhb, hb = w - rank * nhb;
   T.h = hb % (int)p.Hq;
   T.b = hb / (int)p.Hq;
   T.hk = T.h / (int)p.group;
-  fa_tile qt;
-  if (!fa_get_tile(p, p.table || !FA_CAUSAL ? rank : (int)p.ntiles - 1 - rank, H_BM, (int)p.sq, qt))
-    qt.seg = 0, qt.r0 = 0, qt.rows = 0;
-  T.seg = qt.seg;
-  T.R0 = qt.r0;
-  T.rows = qt.rows;
-  T.kc0 = 0;
-  T.ntiles = 0;
-  T.kbase = 0;
-  if (T.rows == 0) return T;
-  const fa_seg s = fa_make_seg(p, T.seg);
+  T.R0 = (FA_CAUSAL ? (int)p.ntiles - 1 - rank : rank) * H_BM;
+  T.rows = fa_min(H_BM, (int)p.sq - T.R0);
   int lo_first, hi_first, lo_last, hi_last;
   fa_row_keys(p, FA_CAUSAL, s, T.R0, lo_first, hi_first);
   fa_row_keys(p, FA_CAUSAL, s, T.R0 + T.rows - 1, lo_last, hi_last);
@@ -204,10 +186,9 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
  * head dim 256 computed once a work tile and kept in registers across the slots (lo_r,
  * hi_r, ipos); at 256, where O's 128 registers leave too few, only the thread's row g
  * (qrow) and the valid rows from it (vrows) are kept, the ranges are recomputed at each
- * masked tile, the fully visible tiles are found once as a range [jf, jg), and the work
- * tile's segment is kept as its index (seg) and rebuilt from the parameters where a masked
- * tile needs it (fa_make_seg: the whole call without varlen, which ptxas can reread from
- * the constant bank): traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
+ * masked tile, the fully visible tiles are found once as a range [jf, jg), and the call's
+ * segment is read from the parameters (fa_whole_seg; the launcher declines varlen), so
+ * that ptxas can reread it from the constant bank: traits.h FA_SM90_FWD_ROWS_IN_REGS, as the mma.sync
  * forward's FA_FWD_Q_IN_REGS. (With only some of these changes ptxas still spilled at 256;
  * at 128 and 192 x 128 they make it spill instead, so those keep their code, SASS
  * unchanged.) H_ROW_ARGS: the consumer's arguments of h_softmax, either way. */
@@ -216,8 +197,8 @@ FA_DEV int h_tile_full(int k0, int kc0, int wg_rows, int wlo_last, int whi_first
 #define H_ROW_PARAMS const int ipos[2], const int lo_r[2], const int hi_r[2]
 #define H_ROW_ARGS ipos, lo_r, hi_r
 #else
-#define H_ROW_PARAMS int seg, int qrow, int vrows
-#define H_ROW_ARGS seg, qrow, vrows
+#define H_ROW_PARAMS const fa_seg &s, int qrow, int vrows
+#define H_ROW_ARGS s, qrow, vrows
 #endif
 
 /* Slot j's start (module comment): K_j has landed (j < ntiles), V_{j-1} has landed and
@@ -250,9 +231,8 @@ FA_DEV void h_release(uint64_t *empty, int lane) {
 #if H_ROWS_IN_REGS
 FA_DEV void h_mask_rows(float S[H_SN], const int lo_r[2], const int hi_r[2], int k0, int tg) {
 #else
-FA_DEV void h_mask_rows(float S[H_SN], const fa_params &p, int seg, int qrow, int vrows, int k0,
-                        int tg) {
-  const fa_seg s = fa_make_seg(p, seg);
+FA_DEV void h_mask_rows(float S[H_SN], const fa_params &p, const fa_seg &s, int qrow, int vrows,
+                        int k0, int tg) {
   int lo_r[2], hi_r[2];
   FA_UNROLL
   for (int i = 0; i < 2; i++) {
@@ -271,8 +251,8 @@ FA_DEV void h_mask_rows(float S[H_SN], const fa_params &p, int seg, int qrow, in
 #define H_MASK(S, k0, tg) h_mask_rows(S, lo_r, hi_r, k0, tg)
 #define H_IPOS(i) ipos[i]
 #else
-#define H_MASK(S, k0, tg) h_mask_rows(S, p, seg, qrow, vrows, k0, tg)
-#define H_IPOS(i) (qrow + fa_ipos_shift(fa_make_seg(p, seg)) + 8 * (i))
+#define H_MASK(S, k0, tg) h_mask_rows(S, p, s, qrow, vrows, k0, tg)
+#define H_IPOS(i) (qrow + s.qpos_row0 + s.off - s.kpos_col0 + 8 * (i))
 #endif
 
 /* The online softmax of S_j, a thread's two rows (i = 0, 1: g and g + 8) of the
@@ -366,6 +346,11 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   uint64_t *full_k = empty_q + 1, *full_v = full_k + H_STAGES, *v_ok = full_v + H_STAGES,
            *empty_k = v_ok + H_STAGES, *empty_v = empty_k + H_STAGES;
   const int tid = (int)threadIdx.x, wg = fa_warp_uniform(tid / 128), warp = tid / 32, lane = tid % 32;
+#if H_ROWS_IN_REGS
+  const fa_seg s = fa_make_seg(p, 0);
+#else
+  const fa_seg s = fa_whole_seg(p);
+#endif
   const int nwork = (int)(p.ntiles * p.Hq * p.B);
 
   if (tid == 0) {
@@ -395,7 +380,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       if (maps.o_tma) fa_tmap_prefetch(&maps.o);
     }
     for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
-      const h_tile T = h_tile_at(p, w);
+      const h_tile T = h_tile_at(p, s, w);
       if (warp == 0) {
         /* K_0, Q, K_1, V_0, K_2, V_1, ...: the first use of a stage passes its empty wait at
          * once. K_0 goes before Q: its stage was released during the last tile's slots, so
@@ -428,9 +413,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
           }
         }
       } else {
-        /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0;
-         * under varlen, keys of other sequences are below kc0 or past the last tile) */
-        const fa_seg s = fa_make_seg(p, T.seg);
+        /* V rows of keys in [0, skv) that no row of the CTA sees -> 0 (outside, TMA read 0) */
         for (int j = 0; j < T.ntiles; j++) {
           const int st = (it + j) % H_STAGES, ph = ((it + j) / H_STAGES) & 1, k0 = T.kbase + j * H_BN;
           fa_elem *v = sV + st * H_BN * DV;
@@ -457,10 +440,9 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
   const int wr0 = 64 * cw + 16 * (warp % 4); /* this warp's first row in the CTA */
   const uint32_t q_addr = fa_smem_addr(sQ + 64 * cw * H_CB);
   for (int w = (int)blockIdx.x, it = 0, nw = 0; w < nwork; w += (int)gridDim.x, nw++) {
-    const h_tile T = h_tile_at(p, w);
+    const h_tile T = h_tile_at(p, s, w);
     const int b = T.b, h = T.h, R0 = T.R0, rows = T.rows, kc0 = T.kc0, ntiles = T.ntiles,
               kbase = T.kbase;
-    const fa_seg s = fa_make_seg(p, T.seg); /* for the ranges below only (seg: H_ROW_ARGS) */
     const int wg_rows = fa_min(fa_max(rows - 64 * cw, 0), 64);
     int wlo_first = 0, whi_first = -1, wlo_last = 0, whi_last = -1;
     if (wg_rows > 0) {
@@ -475,10 +457,10 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       lo_r[i] = (int)p.skv;
       hi_r[i] = -1;
       if (r < rows) fa_row_keys(p, FA_CAUSAL, s, R0 + r, lo_r[i], hi_r[i]);
-      ipos[i] = R0 + r + fa_ipos_shift(s);
+      ipos[i] = R0 + r + s.qpos_row0 + s.off - s.kpos_col0;
     }
 #else
-    const int seg = T.seg, qrow = R0 + wr0 + g, vrows = rows - wr0 - g;
+    const int qrow = R0 + wr0 + g, vrows = rows - wr0 - g;
 #endif
     const float alibi2 = p.alibi ? p.alibi[h] * FA_LOG2E : 0.0f;
 
@@ -582,11 +564,8 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     /* O: with o_tma into this warpgroup's 64 rows of the Q tile (its last reader, this
      * warpgroup's S GEMM, has completed), swizzled as TMA loaded Q, then one TMA store of
      * H_NCB_V boxes of 64 x 64, rows past sq clipped by TMA; else directly, row by row. Q's
-     * column blocks H_NCB_V.. are left as they are (the next Q load rewrites all of them).
-     * Under varlen a box of fewer valid rows would write the next sequence's rows: those
-     * warpgroups store directly. */
+     * column blocks H_NCB_V.. are left as they are (the next Q load rewrites all of them). */
     unsigned char *sO = (unsigned char *)sQ; /* [H_NCB_V column blocks][H_BM][128 bytes], swizzled */
-    const int o_smem = maps.o_tma && (wg_rows == 64 || !p.table);
     FA_UNROLL
     for (int i = 0; i < 2; i++) {
       const int r = wr0 + g + 8 * i;
@@ -598,7 +577,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
       const float sink2 = p.sinks ? p.sinks[h] * FA_LOG2E : -INFINITY;
       float inv, lse2;
       fa_row_finish(m[i], l[i], sink2, &inv, &lse2);
-      if (o_smem) {
+      if (maps.o_tma) {
         /* columns 8n + 2tg, + 1: column block n / 8, 16-byte chunk (n % 8) ^ (r % 8) of row
          * r, and r % 8 = g */
         const uint32_t row = (uint32_t)(r * 128 + 4 * tg) ^ ((uint32_t)g << 4);
@@ -617,7 +596,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
     }
     /* then the warpgroup is done with its rows of the Q tile: the producer may load the
      * next one once both warpgroups have arrived on empty_q */
-    const int store = o_smem && wg_rows > 0;
+    const int store = maps.o_tma && wg_rows > 0;
     if (store) fa_fence_proxy_async(); /* the stores above are read by TMA (the async proxy) */
     if (cw == 0) fa_named_bar_sync(H_BAR_O, 128);
     else fa_named_bar_sync(H_BAR_O + 1, 128);
@@ -638,7 +617,7 @@ FA_KERNEL(H_THREADS) FA_FN(flash_fwd_)(const fa_params p, const FA_GRID_CONST fa
 
 extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
   const attn_cuda_problem *pb = c->pb;
-  if (pb->block_mask) return FA_ERR_FALLBACK;
+  if (pb->num_seqs || pb->block_mask) return FA_ERR_FALLBACK;
   static int have_image = -1; /* this build's fatbin has sm_90a code for the device */
   if (!fa_sm90_has_image(&have_image, (const void *)FA_FN(flash_fwd_))) return FA_ERR_FALLBACK;
   fa_params p = fa_fwd_params(c); /* block mode: the state (c->st) instead of O and LSE */
@@ -649,11 +628,8 @@ extern "C" int FA_FN(attn_cuda__fwd_)(const fa_call *c) {
       fa_sm90_tmap(&maps.v, pb->v, DV, pb->skv, pb->Hkv, pb->B, H_BN, FA_BF16))
     return FA_ERR_FALLBACK;
   maps.o_tma = !c->st && fa_sm90_tmap(&maps.o, c->o, DV, pb->sq, pb->Hq, pb->B, 64, FA_BF16) == 0;
-  /* query tiles (p.ntiles; varlen: the tile table, built on the stream, and its worst case) */
-  int64_t qtiles = 0;
-  const int terr = fa_query_grid(&p, c, H_BM, &qtiles);
-  if (terr) return terr;
-  const int64_t nwork = qtiles * pb->Hq * pb->B;
+  p.ntiles = (pb->sq + H_BM - 1) / H_BM; /* query tiles */
+  const int64_t nwork = p.ntiles * pb->Hq * pb->B;
   if (nwork > INT32_MAX) return FA_ERR_FALLBACK;
   if (nwork == 0) return 0;
   /* the persistent grid: one CTA per SM (its shared memory allows no second), each walking

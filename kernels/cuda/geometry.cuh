@@ -131,10 +131,6 @@ FA_DEV fa_seg fa_fwd_seg(const fa_params &p, int s, int b) {
   return g;
 }
 
-/* Local row r's position minus the position of local key 0 is r + fa_ipos_shift(s) (the
- * distance ALiBi and causal measure, bottom-right aligned). */
-FA_DEV int fa_ipos_shift(const fa_seg &s) { return s.qpos_row0 + s.off - s.kpos_col0; }
-
 /* Visible local keys [lo, hi] of local query row r (causal, window, sequence bounds);
  * clamped to [0, skv] / [-1, skv - 1] so they fit in int (lo > hi: none). */
 FA_DEV void fa_row_keys(const fa_params &p, int causal, const fa_seg &s, int r, int &lo,

@@ -7,8 +7,7 @@
  * One shot: around its 128-row / 128-key tiles (and the 64-row consumer halves), Sq != Skv
  * both ways, every mask flag, GQA/MQA, strided views, empty rows, NaN/Inf in unseen keys,
  * +inf scores where the mask must win, a padded and poisoned O that must change only below
- * Sq and in the Dv columns; varlen (packed sequences: tiles at their edges, sequences of
- * queries or keys only, NaN/Inf in the keys between); block masks must route to mma.sync.
+ * Sq and in the Dv columns; varlen and block masks must route to mma.sync.
  *
  * Block mode (attn_cuda_fwd_block, the state-carrying call of the ring): the sequence is
  * cut into 2 query parts x 3 key blocks (positions q_pos0 / k_pos0 within the whole
@@ -37,7 +36,6 @@ static int ran_sm90;          /* one-shot cases the sm90 forward took */
 static int ran_sm90_block;    /* block calls the sm90 forward took */
 static int ran_mla, ran_mla_block; /* the same at Dqk != Dv (192 x 128) */
 static int ran_256, ran_256_block; /* the same at head dim 256 */
-static int ran_varlen, ran_varlen_block; /* varlen cases and block calls the sm90 forward took */
 
 /* The forward of P just ran the family attn_cuda_fwd_path names for problem pb. */
 static int check_path(const attn_cuda_problem *pb, const gc_case *c) {
@@ -55,8 +53,8 @@ enum { EXPECT_EMPTY_ROWS = GC_EXPECT_EMPTY_ROWS, EXPECT_UNSEEN_KEYS = GC_EXPECT_
 
 /* Forward (and backward) of one case against the references; flags: NaN/Inf planted in
  * keys no query sees and the empty rows' exact values checked, or a hot key (HOT). */
-static int run(gc_case c, int bwd, int flags) {
-  if (!gc_have_dims(&c)) return 0;
+static void run(gc_case c, int bwd, int flags) {
+  if (!gc_have_dims(&c)) return;
   c.seed = next_seed++;
   gc_prob P;
   gc_out out = {0};
@@ -73,14 +71,12 @@ static int run(gc_case c, int bwd, int flags) {
     TU_CHECK(masked > 0 && masked < P.Sq, "case %s: the hot key is not masked for some rows only", c.name);
   }
   gc_expect_ok(gc_fwd(&P, &out), "attn_cuda_fwd", &c);
-  const int sm90 = check_path(&P.pb, &c);
-  ran_sm90 += sm90;
+  ran_sm90 += check_path(&P.pb, &c);
   if (bwd) gc_expect_ok(gc_bwd(&P, &out, 0), "attn_cuda_bwd", &c);
   const int ok = gc_check(&P, &out, bwd, bwd ? "sm90 fwd + bwd" : "sm90 fwd");
   gc_expect_empty(&P, &out, &c, ok, empties, planted, flags);
   gc_out_free(&out);
   gc_free(&P);
-  return sm90;
 }
 
 /* The forward into a padded O ([B][Sq + 5][Hq][Dv + 8], poisoned): only rows below Sq and
@@ -165,25 +161,10 @@ static void sweep_one_shot(int D, int Dv) {
                 .dtype = ATTN_BF16}, 1, HOT);
   run_padded_o((gc_case){.name = "sm90 padded O", .B = 2, .Sq = E ? 130 : 333, .Skv = 150,
                          .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .causal = 1, .dtype = ATTN_BF16});
-  /* varlen (B = 1, packed): work tiles from the tile table, each in one sequence; Q and K/V
-   * boxes that reach into the neighbours' rows and keys (NaN/Inf planted in keys nobody sees,
-   * a sequence of keys only between two others); warpgroups of fewer than 64 valid rows
-   * (stored directly, not over the next sequence's O); a sequence of queries only (empty
-   * rows); every flag on and off */
+  /* routed to mma.sync: varlen, block masks */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
-  static const int32_t lq2[] = {200, 0, 129, 64, 7}, lkv2[] = {150, 40, 129, 0, 300};
-  static const int32_t lq3[] = {130, 65}, lkv3[] = {131, 60};
-  for (int m = 0; m < 8; m += E && T ? 3 : 1) {
-    const int which = m % 3;
-    gc_case c = {.name = "sm90 varlen", .Hq = m & 4 ? 4 : 2, .Hkv = m & 4 ? 2 : 1, .D = D, .Dv = Dv,
-                 .nseq = which == 0 ? 3 : which == 1 ? 5 : 2, .lq = which == 0 ? lq : which == 1 ? lq2 : lq3,
-                 .lkv = which == 0 ? lkv : which == 1 ? lkv2 : lkv3, .causal = m & 1,
-                 .dtype = m & 2 ? ATTN_F16 : ATTN_BF16};
-    if (m & 2) c.window = 1, c.wl = 50, c.wr = m & 1 ? -1 : 20, c.sinks = 1, c.alibi = 1;
-    if (m == 5) c.softcap = 4.0f;
-    ran_varlen += run(c, 0, which == 1 ? EXPECT_EMPTY_ROWS | EXPECT_UNSEEN_KEYS : 0);
-  }
-  /* routed to mma.sync: block masks */
+  run((gc_case){.name = "sm90 -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .nseq = 3, .lq = lq,
+                .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0, 0);
   run((gc_case){.name = "sm90 -> mma block mask", .B = 1, .Sq = 150, .Skv = 140, .Hq = 2, .Hkv = 1,
                 .D = D, .Dv = Dv, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0, 0);
   if (!E) /* (the float64 oracle of one takes seconds on the host: f16 at 128 only) */
@@ -307,7 +288,6 @@ static int64_t run_chain(gc_prob *P, const int64_t *qs, const int64_t *ks, int m
       ran_sm90_block += !strcmp(got, "sm90");
       ran_mla_block += P->Dv != P->D && !strcmp(got, "sm90");
       ran_256_block += P->D == 256 && !strcmp(got, "sm90");
-      ran_varlen_block += P->c.nseq > 0 && !strcmp(got, "sm90");
       float *now = pstate_get(into);
       const int64_t bad = state_changes(P, was, now, qs[qi], qs[qi + 1], ks[ki], ks[ki + 1], &blind);
       TU_CHECK(bad == 0, "block call rows [%lld, %lld) x keys [%lld, %lld) (%s): %lld state words "
@@ -470,15 +450,10 @@ static void sweep_block(int D, int Dv) {
   run_block((gc_case){.name = "sm90 block narrow window", .B = 1, .Sq = E ? 70 : 150,
                       .Skv = E ? 300 : 500, .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .window = 1, .wl = 3,
                       .wr = 0, .softcap = 5.0f, .dtype = ATTN_BF16}, BLIND_ROWS | PLANT);
-  /* varlen in block mode (positions of the packed sequences, parts cutting through them) */
+  /* routed to mma.sync in block mode too: varlen, block masks */
   static const int32_t lq[] = {70, 1, 60}, lkv[] = {90, 33, 20};
-  static const int32_t lq2[] = {140, 0, 64, 9}, lkv2[] = {150, 40, 0, 200};
-  run_block((gc_case){.name = "sm90 block varlen", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .nseq = 3,
+  run_block((gc_case){.name = "sm90 block -> mma varlen", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .nseq = 3,
                       .lq = lq, .lkv = lkv, .causal = 1, .dtype = ATTN_BF16}, 0);
-  run_block((gc_case){.name = "sm90 block varlen window", .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv,
-                      .nseq = 4, .lq = lq2, .lkv = lkv2, .window = 1, .wl = 30, .wr = 10,
-                      .sinks = 1, .dtype = ATTN_F16}, BLIND_ROWS | MERGE);
-  /* routed to mma.sync in block mode too: block masks */
   run_block((gc_case){.name = "sm90 block -> mma block mask", .B = 1, .Sq = 150, .Skv = 140,
                       .Hq = 2, .Hkv = 1, .D = D, .Dv = Dv, .bq = 32, .bk = 64, .dtype = ATTN_F16}, 0);
 }
@@ -513,9 +488,6 @@ int main(void) {
   /* the emulator models compute capability 9.0: every case that may take sm90 must */
   TU_CHECK(!td_emulated() || (ran_sm90 >= 20 && ran_sm90_block >= 50),
            "only %d one-shot cases and %d block calls ran the sm90 forward", ran_sm90, ran_sm90_block);
-  TU_CHECK(!td_emulated() || (ran_varlen >= 8 && ran_varlen_block >= 8),
-           "only %d varlen cases and %d varlen block calls ran the sm90 forward", ran_varlen,
-           ran_varlen_block);
   TU_CHECK(!td_emulated() || !gc_have_dims(&(gc_case){.D = 192, .Dv = 128, .dtype = ATTN_BF16}) ||
                (ran_mla >= 10 && ran_mla_block >= 20),
            "only %d one-shot cases and %d block calls ran the sm90 forward at 192 x 128", ran_mla,
